@@ -1,0 +1,113 @@
+"""The observation a sidecar reports to the operator (``POST /v1/reports``).
+
+Wire form (JSON)::
+
+    {"formula": "lockstep/v1",
+     "digest": "sha256:...",                   # aggregate, absent on failure
+     "components": [{"kind", "name", "digest"}],
+     "definitions": {...} | null,              # the interface document, for review
+     "failure": null | {"reason": "ServerUnreachable" | "InterfaceInvalid", "message": "..."},
+     "observedAt": "2026-11-22T02:00:00Z",
+     "view": "default"}
+
+The pod is never named in the body: the operator takes it from the caller's
+reviewed token. When ``definitions`` is present the operator digests it again
+and refuses a report whose digests do not match (a forged or corrupted report).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lockstep.core.digest import ComponentDigest, InterfaceDigest, digest_interface, ensure_formula
+from lockstep.core.errors import FormulaError, InterfaceError, MalformedInterfaceError
+from lockstep.core.model import Interface, Limits, DEFAULT_LIMITS
+
+__all__ = ["FailureReason", "Observation", "ReportError"]
+
+DEFAULT_VIEW = "default"
+
+
+class ReportError(MalformedInterfaceError):
+    """A report that is not well formed or whose digests do not match its definitions."""
+
+    reason = "BadReport"
+
+
+class FailureReason(str, enum.Enum):
+    SERVER_UNREACHABLE = "ServerUnreachable"
+    INTERFACE_INVALID = "InterfaceInvalid"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one probe of one pod's server found: an interface digest, or a failure."""
+
+    observed_at: str
+    digest: InterfaceDigest | None = None
+    definitions: dict[str, Any] | None = None
+    failure_reason: FailureReason | None = None
+    failure_message: str = ""
+    view: str = DEFAULT_VIEW
+
+    @classmethod
+    def of_interface(cls, interface: Interface, observed_at: str, *, view: str = DEFAULT_VIEW,
+                     with_definitions: bool = True) -> Observation:
+        return cls(observed_at, digest_interface(interface),
+                   interface.to_document() if with_definitions else None, view=view)
+
+    @classmethod
+    def of_failure(cls, reason: FailureReason, message: str, observed_at: str, *,
+                   view: str = DEFAULT_VIEW) -> Observation:
+        return cls(observed_at, failure_reason=reason, failure_message=message[:1024], view=view)
+
+    @property
+    def failed(self) -> bool:
+        return self.failure_reason is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"observedAt": self.observed_at, "view": self.view}
+        if self.digest is not None:
+            body.update(self.digest.to_dict())
+            body["definitions"] = self.definitions
+        if self.failure_reason is not None:
+            body["failure"] = {"reason": self.failure_reason.value, "message": self.failure_message}
+        return body
+
+    @classmethod
+    def from_dict(cls, body: Any, limits: Limits = DEFAULT_LIMITS) -> Observation:
+        """Parse and check a report body; raise ReportError with a one-line cause."""
+        if not isinstance(body, Mapping):
+            raise ReportError("a report must be a JSON object")
+        observed_at = body.get("observedAt")
+        view = body.get("view", DEFAULT_VIEW)
+        if not isinstance(observed_at, str) or not isinstance(view, str):
+            raise ReportError("a report needs observedAt and view strings")
+        failure = body.get("failure")
+        if failure is not None:
+            try:
+                reason = FailureReason(failure["reason"])
+                message = str(failure.get("message", ""))
+            except (KeyError, ValueError, TypeError, AttributeError):
+                raise ReportError(f"unknown failure {failure!r}") from None
+            return cls.of_failure(reason, message, observed_at, view=view)
+        try:
+            ensure_formula(str(body.get("formula")))
+            components = [ComponentDigest.from_dict(entry) for entry in body.get("components") or []]
+            claimed = InterfaceDigest.from_components(components, str(body["formula"]))
+        except (FormulaError, InterfaceError, TypeError, KeyError) as error:
+            raise ReportError(f"bad digests: {error}") from None
+        if claimed.digest != body.get("digest"):
+            raise ReportError("the aggregate digest does not match the component digests")
+        definitions = body.get("definitions")
+        if definitions is not None:
+            try:
+                recomputed = digest_interface(Interface.from_document(definitions, limits))
+            except InterfaceError as error:
+                raise ReportError(f"definitions are not a valid interface: {error}") from None
+            if recomputed != claimed:
+                raise ReportError("the definitions do not match the reported digests")
+        return cls(observed_at, claimed, definitions, view=view)

@@ -1,0 +1,1 @@
+"""The Lockstep operator (kopf): report endpoint, judging, webhooks."""
