@@ -1,0 +1,1 @@
+"""Test support shared by Lockstep's test suites (importable as ``lockstep_testing``)."""
