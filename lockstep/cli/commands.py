@@ -1,0 +1,264 @@
+"""The offline and live-server commands: hash, snapshot, verify, diff."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import click
+
+from lockstep.core import InterfaceDigest, LockstepError
+from lockstep.core.manifest import build_manifest
+from lockstep.core.revision import Revision
+from lockstep.cli.output import dump_json, dump_yaml
+from lockstep.cli.targets import LoadedTarget, UsageError, is_url, load_pinned_file, load_target, parse_headers
+
+EXIT_SAME = 0
+EXIT_DRIFT = 1
+EXIT_ERROR = 2
+
+SEVERITIES = ("low", "medium", "high")
+
+
+def target_options(function: Any) -> Any:
+    """Options shared by every command that reads a live server."""
+    function = click.option(
+        "-H", "--header", "headers", multiple=True, metavar="'NAME: VALUE'",
+        help="HTTP header for the MCP server (repeatable); 'NAME: @FILE' reads the value from FILE.",
+    )(function)
+    function = click.option(
+        "--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True, envvar="LOCKSTEP_TIMEOUT",
+        help="Seconds allowed for reading the whole interface.",
+    )(function)
+    function = click.option(
+        "--transport", type=click.Choice(["streamable-http", "sse"]), default=None,
+        help="MCP transport (default: sse when the URL path ends in /sse, else streamable-http).",
+    )(function)
+    function = click.option(
+        "--ignore", "ignore", multiple=True, metavar="POINTER",
+        help="JSON pointer of a volatile field to leave out of the digest, e.g. '/tools/*/_meta/ts' (repeatable).",
+    )(function)
+    return function
+
+
+def _load(target: str, headers: Sequence[str], timeout: float, transport: str | None) -> LoadedTarget:
+    return load_target(target, headers=parse_headers(headers), timeout=timeout, transport=transport)
+
+
+def _revision(loaded: LoadedTarget, ignore: Sequence[str]) -> Revision:
+    try:
+        return Revision.of(loaded.interface, ignore)
+    except LockstepError as error:
+        raise UsageError(str(error)) from None
+
+
+def _digest_table(digest: InterfaceDigest) -> str:
+    rows = [("KIND", "NAME", "DIGEST")] + [
+        (entry.kind.value, entry.name, entry.digest) for entry in digest.components
+    ]
+    widths = [max(len(row[column]) for row in rows) for column in range(2)]
+    lines = [f"{digest.digest}  {digest.formula}", ""]
+    lines += [f"{row[0]:<{widths[0]}}  {row[1]:<{widths[1]}}  {row[2]}" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+@click.command("hash")
+@click.argument("target")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+@click.option("--save", type=click.Path(dir_okay=False, writable=True), help="Also write the interface document to FILE.")
+@target_options
+def hash_command(target: str, as_json: bool, save: str | None, headers: Sequence[str], timeout: float,
+                 transport: str | None, ignore: Sequence[str]) -> None:
+    """Print the digests of an interface (a live server or a file).
+
+    \b
+    Examples:
+      # digest a live server and keep its interface for offline pinning
+      lockstep hash http://127.0.0.1:8000/mcp --save weather.json
+      # digest a saved interface
+      lockstep hash weather.json --json
+    """
+    loaded = _load(target, headers, timeout, transport)
+    revision = _revision(loaded, ignore)
+    if save:
+        try:
+            Path(save).write_text(dump_json(loaded.interface.to_document()), encoding="utf-8")
+        except OSError as error:
+            raise UsageError(f"cannot write {save}: {error.strerror or error}") from None
+    click.echo(dump_json(revision.digest.to_dict()) if as_json else _digest_table(revision.digest), nl=False)
+
+
+def _endpoint_from(target: str, port: int | None, path: str | None, transport: str | None) -> dict[str, Any]:
+    endpoint: dict[str, Any] = {"port": 8080, "path": "/mcp", "transport": "streamable-http"}
+    if is_url(target):
+        url = urlsplit(target)
+        endpoint["port"] = url.port or (443 if url.scheme == "https" else 80)
+        endpoint["path"] = url.path or "/"
+        if url.path.rstrip("/").endswith("/sse"):
+            endpoint["transport"] = "sse"
+    if port is not None:
+        endpoint["port"] = port
+    if path is not None:
+        endpoint["path"] = path
+    if transport is not None:
+        endpoint["transport"] = transport
+    return endpoint
+
+
+def _parse_selector(values: Sequence[str]) -> dict[str, str] | None:
+    if not values:
+        return None
+    selector = {}
+    for value in values:
+        key, separator, label = value.partition("=")
+        if not separator or not key:
+            raise UsageError(f"selector {value!r} is not of the form key=value")
+        selector[key] = label
+    return selector
+
+
+@click.command("snapshot")
+@click.argument("target")
+@click.option("--name", required=True, help="Name of the MCPServerInterface.")
+@click.option("-n", "--namespace", default=None, envvar="LOCKSTEP_NAMESPACE", help="Namespace of the resource.")
+@click.option("-l", "--selector", "selector", multiple=True, metavar="KEY=VALUE",
+              help="Pod label the resource selects (repeatable; default app=NAME).")
+@click.option("--digests-only", is_flag=True, help="Leave the full definitions out of the manifest.")
+@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
+@click.option("--endpoint-port", type=click.IntRange(1, 65535), default=None,
+              help="Port of the server inside the pod (default: the URL's).")
+@click.option("--endpoint-path", default=None, help="Path of the MCP endpoint inside the pod (default: the URL's).")
+@target_options
+def snapshot_command(target: str, name: str, namespace: str | None, selector: Sequence[str], digests_only: bool,
+                     output: str, endpoint_port: int | None, endpoint_path: str | None, headers: Sequence[str],
+                     timeout: float, transport: str | None, ignore: Sequence[str]) -> None:
+    """Print an MCPServerInterface that approves the interface of TARGET.
+
+    \b
+    Examples:
+      # pin a reviewed server and apply the result
+      lockstep snapshot http://weather.agents:8080/mcp --name weather -n agents > weather.yaml
+      kubectl apply -f weather.yaml
+    """
+    loaded = _load(target, headers, timeout, transport)
+    revision = _revision(loaded, ignore)
+    manifest = build_manifest(
+        revision, name=name, namespace=namespace, selector=_parse_selector(selector),
+        endpoint=_endpoint_from(target, endpoint_port, endpoint_path, transport), ignore=list(ignore),
+        with_definitions=not digests_only,
+    )
+    click.echo(dump_yaml(manifest) if output == "yaml" else dump_json(manifest), nl=False)
+
+
+def _findings_between(approved: Sequence[Revision], observed: Revision) -> list[Any]:
+    from lockstep.core.diff import closest_revision, diff_revisions
+
+    return list(diff_revisions(closest_revision(approved, observed), observed))
+
+
+@click.command("verify")
+@click.argument("target")
+@click.option("--against", "against", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+              help="The pinned interface: an MCPServerInterface manifest or a snapshot JSON.")
+@click.option("--fail-on", type=click.Choice(SEVERITIES), default="low", show_default=True,
+              help="Lowest severity of drift that fails (exit 1).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@target_options
+def verify_command(target: str, against: str, fail_on: str, as_json: bool, headers: Sequence[str],
+                   timeout: float, transport: str | None, ignore: Sequence[str]) -> None:
+    """Check that TARGET serves an approved interface (a CI gate).
+
+    Exit 0 when it matches an approved revision, 1 on drift (the diff is
+    printed), 2 on unusable input or an unreachable server.
+
+    \b
+    Examples:
+      # gate a deployment on the pinned interface
+      lockstep verify http://staging-weather:8080/mcp --against deploy/weather.yaml
+      # fail only on high-severity drift
+      lockstep verify http://staging-weather:8080/mcp --against weather.yaml --fail-on high
+    """
+    from lockstep.core.diff import Severity, max_severity, render_json, render_text
+
+    pinned = load_pinned_file(against)
+    if not pinned.revisions:
+        raise UsageError(f"{against}: approves no revision")
+    loaded = _load(target, headers, timeout, transport)
+    observed = _revision(loaded, [*pinned.ignore.pointers, *ignore])
+    matched = next((revision for revision in pinned.revisions if revision.aggregate == observed.aggregate), None)
+    findings = [] if matched else _findings_between(pinned.revisions, observed)
+    worst = max_severity(findings) if findings else None
+    failing = worst is not None and worst.rank >= Severity(fail_on).rank
+    if as_json:
+        click.echo(dump_json({
+            "match": matched is not None, "digest": observed.aggregate,
+            "approved": [revision.aggregate for revision in pinned.revisions],
+            "maxSeverity": worst.value if worst else None, "findings": render_json(findings),
+        }), nl=False)
+    elif matched:
+        click.echo(f"verified: {target} serves approved revision {matched.aggregate}")
+    else:
+        click.echo(f"drift: {target} serves {observed.aggregate}, which {against} does not approve")
+        click.echo(render_text(findings, color=_color()), nl=False)
+        if not failing:
+            click.echo(f"note: the worst finding is {worst.value if worst else 'none'}, "
+                       f"below --fail-on {fail_on}", err=True)
+    sys.exit(EXIT_DRIFT if failing else EXIT_SAME)
+
+
+def _revisions_of(target: str, headers: Sequence[str], timeout: float, transport: str | None,
+                  ignore: Sequence[str]) -> list[Revision]:
+    if not is_url(target):
+        try:
+            pinned = load_pinned_file(target)
+        except UsageError:
+            raise
+        if pinned.source == "manifest":
+            if not pinned.revisions:
+                raise UsageError(f"{target}: approves no revision")
+            return list(pinned.revisions)
+    return [_revision(_load(target, headers, timeout, transport), ignore)]
+
+
+@click.command("diff")
+@click.argument("old")
+@click.argument("new")
+@click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
+@click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True)
+@target_options
+def diff_command(old: str, new: str, as_json: bool, color: str, headers: Sequence[str], timeout: float,
+                 transport: str | None, ignore: Sequence[str]) -> None:
+    """Show the drift from OLD to NEW (each a URL, a snapshot or a manifest).
+
+    A manifest with several approved revisions is compared through the
+    revision closest to the other side. Exit 0 when they are the same, 1 when
+    they differ, 2 on unusable input.
+
+    \b
+    Examples:
+      # what changed between the pinned interface and the staging server
+      lockstep diff weather.yaml http://staging-weather:8080/mcp
+    """
+    from lockstep.core.diff import closest_revision, diff_revisions, render_json, render_text
+
+    old_revisions = _revisions_of(old, headers, timeout, transport, ignore)
+    new_revisions = _revisions_of(new, headers, timeout, transport, ignore)
+    new_revision = closest_revision(new_revisions, old_revisions[-1]) if len(new_revisions) > 1 else new_revisions[0]
+    old_revision = closest_revision(old_revisions, new_revision)
+    findings = [] if old_revision.aggregate == new_revision.aggregate else diff_revisions(old_revision, new_revision)
+    if as_json:
+        click.echo(dump_json(render_json(findings)), nl=False)
+    elif findings:
+        click.echo(render_text(findings, color=_color(color)), nl=False)
+    sys.exit(EXIT_DRIFT if findings else EXIT_SAME)
+
+
+def _color(mode: str = "auto") -> bool:
+    if mode == "always":
+        return True
+    if mode == "never":
+        return False
+    return sys.stdout.isatty()

@@ -1,0 +1,74 @@
+"""Output for humans and machines: YAML and JSON that keep invisible characters visible.
+
+A reviewer reads a pinned interface in a pull request. A zero-width space or a
+bidi override written raw would be invisible there, so every character of
+Unicode categories Cc (except newline and tab), Cf, Co, Cn, Zl and Zp is
+written as an escape. The data is unchanged: parsing the output gives back the
+exact strings, so digests do not move.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from typing import Any
+
+import yaml
+
+__all__ = ["dump_json", "dump_yaml", "has_hidden_characters"]
+
+_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cn", "Zl", "Zp", "Cs"})
+
+
+def _is_hidden(character: str) -> bool:
+    if character in "\n\t":
+        return False
+    return unicodedata.category(character) in _HIDDEN_CATEGORIES or 0xFE00 <= ord(character) <= 0xFE0F
+
+
+def has_hidden_characters(text: str) -> bool:
+    return any(_is_hidden(character) for character in text)
+
+
+def _escape_hidden(text: str, *, json_style: bool) -> str:
+    out = []
+    for character in text:
+        if not _is_hidden(character):
+            out.append(character)
+            continue
+        code = ord(character)
+        if code <= 0xFFFF:
+            out.append(f"\\u{code:04x}")
+        elif json_style:
+            code -= 0x10000
+            out.append(f"\\u{0xD800 + (code >> 10):04x}\\u{0xDC00 + (code & 0x3FF):04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    return "".join(out)
+
+
+def dump_json(value: Any, *, indent: int | None = 2) -> str:
+    text = json.dumps(value, ensure_ascii=False, indent=indent, allow_nan=False)
+    # json.dumps already escapes control characters; hidden format characters only occur inside strings.
+    return _escape_hidden(text, json_style=True) + "\n"
+
+
+class _ReviewDumper(yaml.SafeDumper):
+    """Block scalars for multi-line text; double quotes wherever hidden characters must be escaped."""
+
+
+def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    if has_hidden_characters(value):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"')
+    if "\n" in value and not re.search(r"[ \t]\n|[ \t]$|^\s", value):
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value)
+
+
+_ReviewDumper.add_representer(str, _represent_str)
+
+
+def dump_yaml(value: Any) -> str:
+    text = yaml.dump(value, Dumper=_ReviewDumper, sort_keys=False, allow_unicode=True, width=100)
+    return _escape_hidden(text, json_style=False)

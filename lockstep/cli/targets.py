@@ -1,0 +1,144 @@
+"""Loading what the CLI's TARGET arguments name: a live MCP endpoint or a file.
+
+Every failure here becomes a :class:`UsageError` with a one-line cause, which
+the CLI prints to stderr and maps to exit code 2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+from lockstep.core import DEFAULT_LIMITS, Interface, LockstepError
+from lockstep.core.manifest import KIND, Pinned, is_manifest, load_pinned
+from lockstep.core.model import loads_strict
+
+__all__ = ["LoadedTarget", "UsageError", "is_url", "load_document", "load_target", "parse_headers"]
+
+MAX_FILE_BYTES = 64 * 1024 * 1024
+
+
+class UsageError(Exception):
+    """Unusable input or an unreachable server: exit code 2."""
+
+
+@dataclass(frozen=True)
+class LoadedTarget:
+    """An interface read from a server or a file, and the document it came from."""
+
+    interface: Interface
+    document: dict[str, Any]
+    source: str
+
+
+def is_url(target: str) -> bool:
+    return urlsplit(target).scheme in ("http", "https")
+
+
+def parse_headers(values: Sequence[str]) -> dict[str, str]:
+    """``-H 'Name: value'`` options as a dict; ``-H @file`` reads the value from a file
+    (so that tokens stay out of shell history)."""
+    headers: dict[str, str] = {}
+    for value in values:
+        name, separator, content = value.partition(":")
+        if not separator or not name.strip():
+            raise UsageError(f"header {value!r} is not of the form 'Name: value'")
+        content = content.strip()
+        if content.startswith("@"):
+            try:
+                content = Path(content[1:]).read_text().strip()
+            except OSError as error:
+                raise UsageError(f"cannot read header value file: {error}") from None
+        headers[name.strip()] = content
+    return headers
+
+
+def load_document(path: str) -> Any:
+    """Parse a JSON or YAML file (``-`` for stdin). JSON refuses NaN and Infinity."""
+    try:
+        if path == "-":
+            text = sys.stdin.read(MAX_FILE_BYTES + 1)
+        else:
+            file = Path(path)
+            if file.stat().st_size > MAX_FILE_BYTES:
+                raise UsageError(f"{path}: larger than {MAX_FILE_BYTES} bytes")
+            text = file.read_text(encoding="utf-8")
+    except OSError as error:
+        raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not UTF-8 text") from None
+    if len(text) > MAX_FILE_BYTES:
+        raise UsageError(f"{path}: larger than {MAX_FILE_BYTES} bytes")
+    if text.lstrip().startswith(("{", "[")):
+        try:
+            return loads_strict(text)
+        except json.JSONDecodeError as error:
+            raise UsageError(f"{path}: invalid JSON: {error}") from None
+        except LockstepError as error:
+            raise UsageError(f"{path}: {error}") from None
+    try:
+        documents = [document for document in yaml.safe_load_all(text) if document is not None]
+    except yaml.YAMLError as error:
+        raise UsageError(f"{path}: invalid YAML: {str(error).splitlines()[0]}") from None
+    return _single_document(documents, path)
+
+
+def _single_document(documents: list[Any], path: str) -> Any:
+    if len(documents) == 1:
+        return documents[0]
+    resources = [document for document in documents if is_manifest(document)]
+    if len(resources) == 1:
+        return resources[0]
+    if not resources:
+        raise UsageError(f"{path}: holds {len(documents)} YAML documents and no {KIND}")
+    names = ", ".join(str((doc.get("metadata") or {}).get("name")) for doc in resources)
+    raise UsageError(f"{path}: holds several {KIND} resources ({names}); split the file")
+
+
+def load_pinned_file(path: str) -> Pinned:
+    try:
+        return load_pinned(load_document(path))
+    except LockstepError as error:
+        raise UsageError(f"{path}: {error}") from None
+
+
+def read_live(url: str, *, headers: Mapping[str, str], timeout: float, transport: str | None) -> LoadedTarget:
+    from lockstep.reader import ReaderError, read_interface  # the network half, imported on demand
+
+    try:
+        result = asyncio.run(read_interface(url, transport=transport, headers=headers, timeout=timeout))
+    except ReaderError as error:
+        raise UsageError(f"{url}: {error}") from None
+    except LockstepError as error:
+        raise UsageError(f"{url}: invalid interface: {error}") from None
+    return LoadedTarget(result.interface, result.document, url)
+
+
+def load_target(
+    target: str, *, headers: Mapping[str, str] | None = None, timeout: float = 10.0, transport: str | None = None
+) -> LoadedTarget:
+    """An interface from a URL (read live) or a snapshot file. A manifest is accepted when it carries
+    the definitions of exactly one approved revision."""
+    if is_url(target):
+        return read_live(target, headers=headers or {}, timeout=timeout, transport=transport)
+    document = load_document(target)
+    try:
+        if is_manifest(document):
+            pinned = load_pinned(document)
+            with_definitions = [revision for revision in pinned.revisions if revision.interface is not None]
+            if not with_definitions:
+                raise UsageError(f"{target}: the manifest carries no definitions (made with --digests-only?)")
+            interface = with_definitions[-1].interface
+            assert interface is not None
+            return LoadedTarget(interface, interface.to_document(), target)
+        return LoadedTarget(Interface.from_document(document, DEFAULT_LIMITS), document, target)
+    except LockstepError as error:
+        raise UsageError(f"{target}: {error}") from None
