@@ -1,0 +1,97 @@
+"""Revisions in CRs and reports from sidecars: digests must agree with definitions."""
+
+import copy
+
+import pytest
+
+from lockstep.core import Interface, MalformedInterfaceError
+from lockstep.core.manifest import build_manifest, load_pinned
+from lockstep.core.report import FailureReason, Observation, ReportError
+from lockstep.core.revision import Revision, RevisionMismatchError
+
+DOCUMENT = {"instructions": "i", "tools": [{"name": "a", "description": "d"}, {"name": "b"}]}
+
+
+@pytest.fixture
+def revision():
+    return Revision.of(Interface.from_document(DOCUMENT))
+
+
+def test_a_revision_survives_the_round_trip_through_a_spec(revision):
+    assert Revision.from_spec(revision.to_spec()) == revision
+    digests_only = Revision.from_spec(revision.to_spec(with_definitions=False))
+    assert digests_only.digest == revision.digest and digests_only.interface is None
+
+
+def test_definitions_that_do_not_match_the_digest_are_refused(revision):
+    entry = revision.to_spec()
+    entry["definitions"]["tools"][0]["description"] = "changed after approval"
+    with pytest.raises(RevisionMismatchError, match="definitions digest to"):
+        Revision.from_spec(entry)
+
+
+def test_components_that_do_not_match_the_aggregate_are_refused(revision):
+    entry = revision.to_spec(with_definitions=False)
+    entry["components"][1]["digest"] = "sha256:" + "0" * 64
+    with pytest.raises(RevisionMismatchError, match="components digest to"):
+        Revision.from_spec(entry)
+
+
+def test_unknown_formula_is_refused(revision):
+    entry = {**revision.to_spec(), "formula": "lockstep/v9"}
+    with pytest.raises(MalformedInterfaceError, match="unknown digest formula 'lockstep/v9'"):
+        Revision.from_spec(entry)
+
+
+def test_ignore_rules_apply_to_approved_definitions():
+    document = {"tools": [{"name": "a", "_meta": {"ts": 1}}]}
+    revision = Revision.of(Interface.from_document(document), ["/tools/*/_meta/ts"])
+    assert Revision.from_spec(revision.to_spec(), ["/tools/*/_meta/ts"]) == revision
+    with pytest.raises(RevisionMismatchError):
+        Revision.from_spec(revision.to_spec())
+
+
+def test_manifest_round_trip(revision):
+    manifest = build_manifest(revision, name="weather", namespace="agents")
+    assert manifest["spec"]["selector"] == {"matchLabels": {"app": "weather"}}
+    pinned = load_pinned(manifest)
+    assert pinned.source == "manifest" and pinned.revisions == (revision,)
+
+
+def test_a_snapshot_pins_one_revision(revision):
+    assert load_pinned(DOCUMENT).revisions == (revision,)
+
+
+def test_manifest_of_another_kind_is_refused():
+    with pytest.raises(MalformedInterfaceError, match="expected kind MCPServerInterface"):
+        load_pinned({"apiVersion": "v1", "kind": "ConfigMap"})
+
+
+def test_report_round_trip(revision):
+    observation = Observation.of_interface(Interface.from_document(DOCUMENT), "2026-11-22T00:00:00Z")
+    assert Observation.from_dict(observation.to_dict()) == observation
+    assert observation.digest == revision.digest
+
+
+def test_failure_report_round_trip():
+    failure = Observation.of_failure(FailureReason.SERVER_UNREACHABLE, "connection refused", "2026-11-22T00:00:00Z")
+    parsed = Observation.from_dict(failure.to_dict())
+    assert parsed.failed and parsed.failure_reason is FailureReason.SERVER_UNREACHABLE
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda body: body["definitions"]["tools"][0].update(description="evil"), "do not match"),
+        (lambda body: body.update(digest="sha256:" + "1" * 64), "aggregate digest does not match"),
+        (lambda body: body.update(formula="md5"), "bad digests"),
+        (lambda body: body.pop("observedAt"), "observedAt"),
+        (lambda body: body.update(failure={"reason": "Fine"}), "unknown failure"),
+        (lambda body: body["definitions"]["tools"].append({"name": "a"}), "not a valid interface"),
+    ],
+)
+def test_forged_or_broken_reports_are_refused(mutate, message):
+    body = copy.deepcopy(Observation.of_interface(Interface.from_document(DOCUMENT), "t").to_dict())
+    mutate(body)
+    with pytest.raises(ReportError, match=message):
+        Observation.from_dict(body)
