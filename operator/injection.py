@@ -1,0 +1,281 @@
+"""What the mutating webhook adds to a pod: pure planning, no I/O.
+
+:func:`plan_injection` takes the pod as the API server sent it, the operator's
+sidecar settings and the endpoint of the MCPServerInterface that applies, and
+returns RFC 6902 JSON Patch operations that add, each only when it is missing:
+
+* the readiness gate ``lockstep.dev/interface-verified``;
+* a projected service-account token volume (audience ``lockstep.dev``), mounted
+  into the sidecar only, and a Secret volume of MCP request headers when the
+  interface names one;
+* the native sidecar: an init container with ``restartPolicy: Always``, appended
+  after the pod's own init containers, non-root, read-only root filesystem, no
+  capabilities, no privilege escalation, seccomp ``RuntimeDefault``.
+
+Planning twice gives nothing the second time: every piece is found by its name
+(container, volume) or its condition type (gate) before it is added. The
+application's containers and the pod's security context are never touched.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "DEFAULT_SIDECAR_PORT",
+    "HEADERS_DIR",
+    "HEADERS_VOLUME",
+    "INJECT_LABEL",
+    "INTERFACE_ANNOTATION",
+    "READINESS_GATE",
+    "SIDECAR_NAME",
+    "TOKEN_AUDIENCE",
+    "TOKEN_DIR",
+    "TOKEN_VOLUME",
+    "Binding",
+    "BindingError",
+    "SidecarSettings",
+    "parse_duration",
+    "plan_injection",
+    "selector_matches",
+]
+
+INJECT_LABEL = "lockstep.dev/inject"
+INTERFACE_ANNOTATION = "lockstep.dev/interface"
+READINESS_GATE = "lockstep.dev/interface-verified"
+TOKEN_AUDIENCE = "lockstep.dev"
+SIDECAR_NAME = "lockstep-sidecar"
+TOKEN_VOLUME = "lockstep-token"
+HEADERS_VOLUME = "lockstep-headers"
+TOKEN_DIR = "/var/run/secrets/lockstep.dev"
+HEADERS_DIR = "/etc/lockstep/headers"
+DEFAULT_SIDECAR_PORT = 9090
+NONROOT_ID = 65532  # the image's numeric user, so runAsNonRoot can verify it
+MIN_TOKEN_EXPIRATION = 600  # the API server refuses projected tokens shorter than 10 minutes
+
+JSONPatchOp = dict[str, Any]
+
+
+class BindingError(ValueError):
+    """An MCPServerInterface whose endpoint or probe settings cannot be used."""
+
+
+@dataclass(frozen=True)
+class SidecarSettings:
+    """Operator-wide settings of the injected sidecar."""
+
+    image: str
+    report_url: str
+    operator_ca: str = ""  # PEM text of the CA that signs the operator's report endpoint
+    resources: Mapping[str, Any] = field(default_factory=dict)
+    token_expiration_seconds: int = 3600
+    port: int = DEFAULT_SIDECAR_PORT
+    image_pull_policy: str = "IfNotPresent"
+
+
+@dataclass(frozen=True)
+class Binding:
+    """The MCPServerInterface that applies to a pod, as far as the sidecar needs it.
+
+    ``interface`` is empty when none selects the pod: the sidecar then still runs
+    and reports, and the pod stays out of Services until one does (fail closed).
+    """
+
+    interface: str = ""
+    port: int | str = 8080  # a number, or the name of a container port
+    path: str = "/mcp"
+    transport: str = "streamable-http"
+    interval_seconds: float = 60.0
+    timeout_seconds: float = 10.0
+    headers_secret: str | None = None
+
+    @classmethod
+    def from_interface(cls, interface: Mapping[str, Any]) -> Binding:
+        """Read the endpoint and probe settings of an MCPServerInterface object."""
+        spec = interface.get("spec") or {}
+        endpoint = spec.get("endpoint") or {}
+        probe = spec.get("probe") or {}
+        transport = str(endpoint.get("transport", "streamable-http"))
+        if transport not in ("streamable-http", "sse"):
+            raise BindingError(f"unknown transport {transport!r}")
+        headers = endpoint.get("headersFrom") or {}
+        return cls(
+            interface=str((interface.get("metadata") or {}).get("name", "")),
+            port=endpoint.get("port", 8080),
+            path=str(endpoint.get("path", "/mcp")),
+            transport=transport,
+            interval_seconds=parse_duration(probe.get("interval", "60s")),
+            timeout_seconds=parse_duration(probe.get("timeout", "10s")),
+            headers_secret=headers.get("secretName") if isinstance(headers, Mapping) else None,
+        )
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds in a Kubernetes-style duration (``90s``, ``1m30s``, ``250ms``) or a plain number."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    text = str(value).strip()
+    if not text or _DURATION.sub("", text):
+        raise BindingError(f"not a duration: {value!r}")
+    return sum(float(amount) * _UNIT_SECONDS[unit] for amount, unit in _DURATION.findall(text))
+
+
+def plan_injection(pod: Mapping[str, Any], settings: SidecarSettings, binding: Binding) -> list[JSONPatchOp]:
+    """JSON Patch operations that inject Lockstep into ``pod``; empty when it is already injected."""
+    spec = pod.get("spec") or {}
+    gates = [] if _has_gate(spec) else [{"conditionType": READINESS_GATE}]
+    volumes = _missing_volumes(spec, settings, binding)
+    sidecars = [] if _has_named(spec.get("initContainers"), SIDECAR_NAME) else [
+        _sidecar_container(spec, settings, binding)]
+    ops: list[JSONPatchOp] = []
+    ops += _append_ops(spec, "readinessGates", gates)
+    ops += _append_ops(spec, "volumes", volumes)
+    ops += _append_ops(spec, "initContainers", sidecars)
+    return ops
+
+
+def _append_ops(spec: Mapping[str, Any], key: str, items: Sequence[Any]) -> list[JSONPatchOp]:
+    if not items:
+        return []
+    if spec.get(key) is None:
+        return [{"op": "add", "path": f"/spec/{key}", "value": list(items)}]
+    return [{"op": "add", "path": f"/spec/{key}/-", "value": item} for item in items]
+
+
+def _has_gate(spec: Mapping[str, Any]) -> bool:
+    return any(gate.get("conditionType") == READINESS_GATE for gate in spec.get("readinessGates") or [])
+
+
+def _has_named(entries: Sequence[Mapping[str, Any]] | None, name: str) -> bool:
+    return any(entry.get("name") == name for entry in entries or [])
+
+
+def _missing_volumes(spec: Mapping[str, Any], settings: SidecarSettings,
+                     binding: Binding) -> list[dict[str, Any]]:
+    wanted = [_token_volume(settings)]
+    if binding.headers_secret:
+        wanted.append({"name": HEADERS_VOLUME,
+                       "secret": {"secretName": binding.headers_secret, "defaultMode": 0o440}})
+    return [volume for volume in wanted if not _has_named(spec.get("volumes"), volume["name"])]
+
+
+def _token_volume(settings: SidecarSettings) -> dict[str, Any]:
+    token = {"audience": TOKEN_AUDIENCE, "path": "token",
+             "expirationSeconds": max(MIN_TOKEN_EXPIRATION, settings.token_expiration_seconds)}
+    return {"name": TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": token}],
+                                                "defaultMode": 0o440}}
+
+
+def _sidecar_container(spec: Mapping[str, Any], settings: SidecarSettings,
+                       binding: Binding) -> dict[str, Any]:
+    mcp_port = _resolve_port(spec, binding.port)
+    port = _free_port(spec, settings.port, avoid=mcp_port)
+    mounts = [{"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True}]
+    if binding.headers_secret:
+        mounts.append({"name": HEADERS_VOLUME, "mountPath": HEADERS_DIR, "readOnly": True})
+    container: dict[str, Any] = {
+        "name": SIDECAR_NAME,
+        "image": settings.image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "args": ["sidecar"],
+        "restartPolicy": "Always",
+        "env": _sidecar_env(settings, binding, mcp_port, port),
+        "ports": [{"name": "lockstep-http", "containerPort": port, "protocol": "TCP"}],
+        # Liveness only: a startup or readiness probe that waited for the MCP server would hold the
+        # application's containers back (they start after the sidecar has started) and deadlock.
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": port},
+                          "periodSeconds": 20, "timeoutSeconds": 3, "failureThreshold": 3},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": NONROOT_ID,
+            "runAsGroup": NONROOT_ID,
+            "readOnlyRootFilesystem": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": mounts,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if settings.resources:
+        container["resources"] = dict(settings.resources)
+    return container
+
+
+def _sidecar_env(settings: SidecarSettings, binding: Binding, mcp_port: int,
+                 port: int) -> list[dict[str, str]]:
+    values = {
+        "LOCKSTEP_MCP_PORT": str(mcp_port),
+        "LOCKSTEP_MCP_PATH": binding.path,
+        "LOCKSTEP_MCP_TRANSPORT": binding.transport,
+        "LOCKSTEP_INTERFACE": binding.interface,
+        "LOCKSTEP_PROBE_INTERVAL": _seconds(binding.interval_seconds),
+        "LOCKSTEP_PROBE_TIMEOUT": _seconds(binding.timeout_seconds),
+        "LOCKSTEP_OPERATOR_URL": settings.report_url,
+        "LOCKSTEP_TOKEN_PATH": f"{TOKEN_DIR}/token",
+        "LOCKSTEP_OPERATOR_CA": settings.operator_ca,
+        "LOCKSTEP_HEADERS_DIR": HEADERS_DIR if binding.headers_secret else "",
+        "LOCKSTEP_SIDECAR_PORT": str(port),
+    }
+    return [{"name": name, "value": value} for name, value in values.items() if value]
+
+
+def _seconds(value: float) -> str:
+    return str(int(value)) if value == int(value) else str(value)
+
+
+def _declared_ports(spec: Mapping[str, Any]) -> dict[str, int]:
+    """Container ports of the pod, by name (unnamed ones under their number)."""
+    ports: dict[str, int] = {}
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        for port in container.get("ports") or []:
+            number = int(port.get("containerPort", 0))
+            ports[str(port.get("name") or number)] = number
+    return ports
+
+
+def _resolve_port(spec: Mapping[str, Any], port: int | str) -> int:
+    if isinstance(port, int) or str(port).isdigit():
+        return int(port)
+    named = _declared_ports(spec)
+    if port not in named:
+        raise BindingError(f"the pod declares no container port named {port!r}")
+    return named[port]
+
+
+def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """Whether a Kubernetes label selector selects these labels; an empty or absent selector selects none."""
+    if not selector:
+        return False
+    if any(labels.get(key) != value for key, value in (selector.get("matchLabels") or {}).items()):
+        return False
+    return all(_expression_matches(expression, labels) for expression in selector.get("matchExpressions") or [])
+
+
+def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    key, operator, values = expression.get("key", ""), expression.get("operator"), expression.get("values") or []
+    if operator == "In":
+        return labels.get(key) in values
+    if operator == "NotIn":
+        return labels.get(key) not in values
+    if operator == "Exists":
+        return key in labels
+    if operator == "DoesNotExist":
+        return key not in labels
+    return False
+
+
+def _free_port(spec: Mapping[str, Any], preferred: int, avoid: int) -> int:
+    """The sidecar's port: ``preferred`` unless the MCP server or a container of the pod uses it."""
+    taken = set(_declared_ports(spec).values()) | {avoid}
+    port = preferred
+    while port in taken:
+        port += 1
+    return port

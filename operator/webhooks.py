@@ -1,0 +1,215 @@
+"""The mutating admission webhook that injects the Lockstep sidecar into pods.
+
+Opt-in happens in the webhook configuration, not here: the API server sends a
+pod to ``/mutate-pods`` only when its namespace carries ``lockstep.dev/inject:
+enabled`` (the configuration's namespaceSelector) or the pod itself does (a
+second webhook entry with an objectSelector); ``docs/sidecar.md`` holds the
+configuration. The handler therefore injects every pod it is sent, except a
+pod labelled ``lockstep.dev/inject: disabled`` and pods of the operator's own
+namespace and ``kube-system`` (a guard in case the configuration is too wide).
+
+The pod is bound to the MCPServerInterface named by its ``lockstep.dev/interface``
+annotation, or else to the one whose selector matches its labels. A pod that no
+interface selects still gets the sidecar and the readiness gate, so it stays out
+of Services until one is applied (fail closed); a Warning Event and an admission
+warning say so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import jsonpatch
+import kopf
+
+from lockstep.operator.injection import (
+    INJECT_LABEL,
+    INTERFACE_ANNOTATION,
+    Binding,
+    BindingError,
+    SidecarSettings,
+    plan_injection,
+    selector_matches,
+)
+
+__all__ = ["InterfaceLookup", "KubernetesInterfaceLookup", "Resolution", "register_webhooks", "resolve_binding"]
+
+logger = logging.getLogger(__name__)
+
+WEBHOOK_ID = "mutate-pods"  # kopf serves it at /mutate-pods
+ALWAYS_EXCLUDED_NAMESPACES = frozenset({"kube-system"})
+GROUP, VERSION, PLURAL = "lockstep.dev", "v1alpha1", "mcpserverinterfaces"
+
+EventPoster = Callable[[Mapping[str, Any], str, str], None]
+
+
+class InterfaceLookup(Protocol):
+    """Where the webhook finds the MCPServerInterfaces of a namespace."""
+
+    def __call__(self, namespace: str) -> Awaitable[Sequence[Mapping[str, Any]]]: ...
+
+
+class KubernetesInterfaceLookup:
+    """Lists MCPServerInterfaces through the Kubernetes API (in-cluster or kubeconfig credentials)."""
+
+    def __init__(self, configuration: Any = None) -> None:
+        self._configuration = configuration
+
+    async def __call__(self, namespace: str) -> Sequence[Mapping[str, Any]]:
+        return await asyncio.to_thread(self._list, namespace)
+
+    def _list(self, namespace: str) -> Sequence[Mapping[str, Any]]:
+        import kubernetes
+
+        if self._configuration is None:
+            self._configuration = _load_kubernetes_configuration()
+        with kubernetes.client.ApiClient(self._configuration) as api:
+            found = kubernetes.client.CustomObjectsApi(api).list_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL)
+        return list(found.get("items") or [])
+
+
+def _load_kubernetes_configuration() -> Any:
+    import kubernetes
+
+    configuration = kubernetes.client.Configuration()
+    try:
+        kubernetes.config.load_incluster_config(client_configuration=configuration)
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config(client_configuration=configuration)
+    return configuration
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The binding chosen for a pod, and what is wrong with it (``reason`` and ``problem`` empty when nothing is)."""
+
+    binding: Binding
+    problem: str = ""
+    reason: str = ""
+
+
+def resolve_binding(pod: Mapping[str, Any], interfaces: Sequence[Mapping[str, Any]]) -> Resolution:
+    """Pick the MCPServerInterface that applies to ``pod``: its annotation first, then selectors."""
+    metadata = pod.get("metadata") or {}
+    named = (metadata.get("annotations") or {}).get(INTERFACE_ANNOTATION)
+    by_name = {str(item["metadata"]["name"]): item for item in interfaces}
+    if named:
+        if named not in by_name:
+            return Resolution(Binding(), f"its annotation {INTERFACE_ANNOTATION} names {named!r}, "
+                                         f"which does not exist in this namespace", "InterfaceNotFound")
+        return _bind(by_name[named])
+    labels = metadata.get("labels") or {}
+    selecting = sorted(name for name, item in by_name.items()
+                       if selector_matches((item.get("spec") or {}).get("selector"), labels))
+    if not selecting:
+        return Resolution(Binding(), "no MCPServerInterface selects it", "InterfaceNotFound")
+    resolution = _bind(by_name[selecting[0]])
+    if len(selecting) > 1 and not resolution.problem:
+        problem = (f"several MCPServerInterfaces select it ({', '.join(selecting)}); "
+                   f"the sidecar probes the endpoint of {selecting[0]!r}")
+        return Resolution(resolution.binding, problem, "InterfaceAmbiguous")
+    return resolution
+
+
+def _bind(interface: Mapping[str, Any]) -> Resolution:
+    try:
+        return Resolution(Binding.from_interface(interface))
+    except BindingError as error:
+        name = str(interface["metadata"]["name"])
+        return Resolution(Binding(interface=name), f"MCPServerInterface {name!r} is unusable: {error}",
+                          "InterfaceUnusable")
+
+
+def sidecar_settings(config: Any) -> SidecarSettings:
+    """The sidecar settings from the operator's configuration (the CA is read again on every call)."""
+    ca_path = getattr(config, "operator_ca_path", None)
+    return SidecarSettings(
+        image=config.sidecar_image,
+        report_url=config.report_url,
+        operator_ca=Path(ca_path).read_text() if ca_path else "",
+        resources=getattr(config, "sidecar_resources", None) or {},
+        token_expiration_seconds=int(getattr(config, "token_expiration_seconds", 3600)),
+        port=int(getattr(config, "sidecar_port", 9090)),
+    )
+
+
+def post_kopf_event(target: Mapping[str, Any], reason: str, message: str) -> None:
+    """Post a Warning Event through kopf's event queue (only inside a running operator)."""
+    try:
+        kopf.warn(dict(target), reason=reason, message=message)
+    except LookupError:  # no operator context (a bare test or a tool): the log line must do
+        logger.warning("%s: %s", reason, message)
+
+
+def event_target(pod: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    """What an Event about a pod in admission refers to: its controller, since the pod has no name or uid yet."""
+    metadata = pod.get("metadata") or {}
+    for owner in metadata.get("ownerReferences") or []:
+        if owner.get("controller"):
+            return {"apiVersion": owner.get("apiVersion"), "kind": owner.get("kind"),
+                    "metadata": {"name": owner.get("name"), "uid": owner.get("uid"), "namespace": namespace}}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": metadata.get("name") or metadata.get("generateName", ""), "namespace": namespace}}
+
+
+def register_webhooks(registry: kopf.OperatorRegistry, config: Any, *,
+                      lookup: InterfaceLookup | None = None,
+                      post_event: EventPoster = post_kopf_event) -> None:
+    """Register the pod-mutating webhook (``/mutate-pods``) on ``registry``."""
+    find_interfaces: InterfaceLookup = lookup or KubernetesInterfaceLookup(
+        getattr(config, "kubernetes_configuration", None))
+    excluded = ALWAYS_EXCLUDED_NAMESPACES | {str(getattr(config, "own_namespace", "") or "")} - {""}
+
+    @kopf.on.mutate("v1", "pods", id=WEBHOOK_ID, operations=["CREATE"], registry=registry)
+    async def inject_sidecar(body: kopf.Body, patch: kopf.Patch, warnings: list[str],
+                             dryrun: bool, **_: Any) -> None:
+        pod = dict(body)
+        namespace = str((pod.get("metadata") or {}).get("namespace") or "")
+        skip = _skip_reason(pod, namespace, excluded)
+        if skip:
+            logger.debug("Not injecting pod %s/%s: %s", namespace, _pod_name(pod), skip)
+            return
+        try:
+            interfaces = await find_interfaces(namespace)
+        except Exception as error:  # the pod is refused; its controller retries the creation
+            raise kopf.AdmissionError(f"Lockstep cannot list MCPServerInterfaces: {error}", code=503) from None
+        resolution = resolve_binding(pod, interfaces)
+        ops = _plan(pod, sidecar_settings(config), resolution, warnings)
+        if ops:
+            patch.fns.append(lambda raw: jsonpatch.apply_patch(raw, ops, in_place=True))
+        if resolution.problem:
+            message = f"Pod {_pod_name(pod)} opted in to Lockstep but {resolution.problem}"
+            if not resolution.binding.interface:
+                message += "; it stays out of Services until an MCPServerInterface selects it"
+            warnings.append(message)
+            if not dryrun:
+                post_event(event_target(pod, namespace), resolution.reason, message)
+
+
+def _plan(pod: Mapping[str, Any], settings: SidecarSettings, resolution: Resolution,
+          warnings: list[str]) -> list[dict[str, Any]]:
+    try:
+        return plan_injection(pod, settings, resolution.binding)
+    except BindingError as error:  # a named port the pod lacks: measure the default port, fail closed
+        warnings.append(f"Lockstep: {error}; the sidecar probes the default endpoint")
+        return plan_injection(pod, settings, Binding(interface=resolution.binding.interface))
+
+
+def _skip_reason(pod: Mapping[str, Any], namespace: str, excluded: frozenset[str]) -> str:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if labels.get(INJECT_LABEL) == "disabled":
+        return f"the pod is labelled {INJECT_LABEL}=disabled"
+    if namespace in excluded:
+        return f"namespace {namespace} is never injected"
+    return ""
+
+
+def _pod_name(pod: Mapping[str, Any]) -> str:
+    metadata = pod.get("metadata") or {}
+    return str(metadata.get("name") or f"{metadata.get('generateName', '')}*")

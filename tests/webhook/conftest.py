@@ -1,0 +1,127 @@
+"""Admission reviews through kopf's own admission engine, as the operator's webhook server runs them."""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonpatch
+import kopf
+import pytest
+from kopf._cogs.structs import ephemera, references
+from kopf._core.engines import admission
+from kopf._core.engines.indexing import OperatorIndexers
+from kopf._core.reactor.inventory import ResourceMemories
+
+from lockstep.operator.webhooks import register_webhooks
+
+PODS = references.Resource(group="", version="v1", plural="pods", kind="Pod", singular="pod",
+                           namespaced=True, verbs=["create", "get", "list", "watch", "patch"])
+
+
+@dataclass
+class Config:
+    """The fields of the operator's OperatorConfig that the webhook reads."""
+
+    sidecar_image: str = "ghcr.io/lockstep-dev/lockstep:0.1.0"
+    sidecar_resources: dict[str, Any] = field(default_factory=lambda: {
+        "requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"memory": "96Mi"}})
+    report_url: str = "https://lockstep.lockstep-system.svc:8443"
+    operator_ca_path: str = ""
+    token_expiration_seconds: int = 900
+    own_namespace: str = "lockstep-system"
+
+
+def admission_review(pod: Mapping[str, Any], namespace: str, *, operation: str = "CREATE",
+                     dry_run: bool = False) -> dict[str, Any]:
+    """An AdmissionReview as kube-apiserver sends it for a pod creation."""
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+            "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+            "name": pod.get("metadata", {}).get("name", ""),
+            "namespace": namespace,
+            "operation": operation,
+            "userInfo": {"username": "system:serviceaccount:kube-system:replicaset-controller",
+                         "uid": "3e1a8f2c-0000-4000-8000-000000000001",
+                         "groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system",
+                                    "system:authenticated"]},
+            "object": copy.deepcopy(dict(pod)),
+            "oldObject": None,
+            "dryRun": dry_run,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    }
+
+
+@dataclass
+class Admitted:
+    response: dict[str, Any]
+    ops: list[dict[str, Any]]
+    pod: dict[str, Any]
+
+
+Admit = Callable[..., Awaitable[Admitted]]
+
+
+@pytest.fixture
+def interfaces() -> list[dict[str, Any]]:
+    """The MCPServerInterfaces the webhook's lookup returns; tests append to it."""
+    return []
+
+
+@pytest.fixture
+def events() -> list[tuple[dict[str, Any], str, str]]:
+    return []
+
+
+@pytest.fixture
+def operator_ca() -> str:
+    return "-----BEGIN CERTIFICATE-----\nMIIBnotreal\n-----END CERTIFICATE-----\n"
+
+
+@pytest.fixture
+def config(tmp_path: Any, operator_ca: str) -> Config:
+    ca = tmp_path / "ca.crt"
+    ca.write_text(operator_ca)
+    return Config(operator_ca_path=str(ca))
+
+
+@pytest.fixture
+def admit(config: Config, interfaces: list[dict[str, Any]],
+          events: list[tuple[dict[str, Any], str, str]]) -> Admit:
+    registry = kopf.OperatorRegistry()
+    lookups: list[str] = []
+
+    async def lookup(namespace: str) -> Sequence[Mapping[str, Any]]:
+        lookups.append(namespace)
+        return [item for item in interfaces if item["metadata"]["namespace"] == namespace]
+
+    register_webhooks(registry, config, lookup=lookup,
+                      post_event=lambda target, reason, message: events.append((target, reason, message)))
+    insights = references.Insights()
+    insights.webhook_resources.add(PODS)
+
+    async def send(pod: Mapping[str, Any], namespace: str = "agents", **options: Any) -> Admitted:
+        review = admission_review(pod, namespace, **options)
+        response = await admission.serve_admission_request(
+            review, webhook="mutate-pods", settings=kopf.OperatorSettings(), memories=ResourceMemories(),
+            memobase=ephemera.Memo(), registry=registry, insights=insights, indices=OperatorIndexers().indices)
+        assert response["response"]["uid"] == review["request"]["uid"]
+        raw = response["response"].get("patch")
+        ops = json.loads(base64.b64decode(raw)) if raw else []
+        if raw:
+            assert response["response"]["patchType"] == "JSONPatch"
+        return Admitted(dict(response), ops, jsonpatch.apply_patch(review["request"]["object"], ops))
+
+    return send

@@ -1,0 +1,265 @@
+"""The pod-mutating webhook, fed real AdmissionReview JSON through kopf's admission engine."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+NAMESPACE = "agents"
+CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
+
+
+@pytest.fixture
+def operator_ca() -> str:
+    return CA_PEM
+
+
+def weather_interface(**endpoint: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "lockstep.dev/v1alpha1", "kind": "MCPServerInterface",
+        "metadata": {"name": "weather", "namespace": NAMESPACE},
+        "spec": {"selector": {"matchLabels": {"app": "weather-mcp"}},
+                 "endpoint": {"port": 8000, "path": "/mcp", "transport": "streamable-http", **endpoint},
+                 "probe": {"interval": "30s", "timeout": "5s", "staleAfter": "90s"},
+                 "approved": []},
+    }
+
+
+def plain_pod(**labels: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": "weather-7d9f-", "namespace": NAMESPACE,
+                     "labels": {"app": "weather-mcp", **labels},
+                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "weather-7d9f",
+                                          "uid": "6c1e9b3a-0000-4000-8000-00000000000a", "controller": True,
+                                          "blockOwnerDeletion": True}]},
+        "spec": {
+            "serviceAccountName": "weather",
+            "securityContext": {"runAsNonRoot": True},
+            "containers": [{"name": "server", "image": "example.com/weather-mcp:1.4",
+                            "ports": [{"name": "mcp", "containerPort": 8000, "protocol": "TCP"}],
+                            "volumeMounts": [{"name": "kube-api-access-x1", "mountPath":
+                                              "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": True}],
+                            "securityContext": {"allowPrivilegeEscalation": False}}],
+            "volumes": [{"name": "kube-api-access-x1", "projected": {"sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}]}}],
+            "restartPolicy": "Always",
+        },
+    }
+
+
+def expected_sidecar(interface: str = "weather", port: int = 8000, interval: str = "30",
+                     timeout: str = "5", sidecar_port: int = 9090) -> dict[str, Any]:
+    env = {"LOCKSTEP_MCP_PORT": str(port), "LOCKSTEP_MCP_PATH": "/mcp",
+           "LOCKSTEP_MCP_TRANSPORT": "streamable-http", "LOCKSTEP_INTERFACE": interface,
+           "LOCKSTEP_PROBE_INTERVAL": interval, "LOCKSTEP_PROBE_TIMEOUT": timeout,
+           "LOCKSTEP_OPERATOR_URL": "https://lockstep.lockstep-system.svc:8443",
+           "LOCKSTEP_TOKEN_PATH": "/var/run/secrets/lockstep.dev/token",
+           "LOCKSTEP_OPERATOR_CA": CA_PEM, "LOCKSTEP_SIDECAR_PORT": str(sidecar_port)}
+    return {
+        "name": "lockstep-sidecar",
+        "image": "ghcr.io/lockstep-dev/lockstep:0.1.0",
+        "imagePullPolicy": "IfNotPresent",
+        "args": ["sidecar"],
+        "restartPolicy": "Always",
+        "env": [{"name": name, "value": value} for name, value in env.items() if value],
+        "ports": [{"name": "lockstep-http", "containerPort": sidecar_port, "protocol": "TCP"}],
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": sidecar_port},
+                          "periodSeconds": 20, "timeoutSeconds": 3, "failureThreshold": 3},
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,
+                            "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
+        "volumeMounts": [{"name": "lockstep-token", "mountPath": "/var/run/secrets/lockstep.dev",
+                          "readOnly": True}],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "resources": {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"memory": "96Mi"}},
+    }
+
+
+TOKEN_VOLUME = {"name": "lockstep-token", "projected": {"defaultMode": 0o440, "sources": [
+    {"serviceAccountToken": {"audience": "lockstep.dev", "path": "token", "expirationSeconds": 900}}]}}
+GATE = {"conditionType": "lockstep.dev/interface-verified"}
+
+
+def injected(pod: dict[str, Any], sidecar: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The exact pod the webhook should produce from ``pod``."""
+    result = copy.deepcopy(pod)
+    spec = result["spec"]
+    spec.setdefault("readinessGates", []).append(GATE)
+    spec.setdefault("volumes", []).append(TOKEN_VOLUME)
+    spec.setdefault("initContainers", []).append(sidecar or expected_sidecar())
+    return result
+
+
+async def test_plain_pod_gets_sidecar_gate_and_token(admit: Any, interfaces: list[Any], events: list[Any]) -> None:
+    interfaces.append(weather_interface())
+    pod = plain_pod()
+    admitted = await admit(pod)
+    assert admitted.response["response"]["allowed"] is True
+    assert admitted.pod == injected(pod)
+    assert "warnings" not in admitted.response["response"]
+    assert events == []
+
+
+async def test_application_containers_are_left_alone(admit: Any, interfaces: list[Any]) -> None:
+    interfaces.append(weather_interface())
+    pod = plain_pod()
+    admitted = await admit(pod)
+    assert admitted.pod["spec"]["containers"] == pod["spec"]["containers"]
+    assert admitted.pod["spec"]["securityContext"] == pod["spec"]["securityContext"]
+    mounts = [m["name"] for c in admitted.pod["spec"]["containers"] for m in c.get("volumeMounts", [])]
+    assert "lockstep-token" not in mounts
+
+
+async def test_second_admission_adds_nothing(admit: Any, interfaces: list[Any]) -> None:
+    interfaces.append(weather_interface())
+    once = await admit(plain_pod())
+    twice = await admit(once.pod)
+    assert twice.ops == []
+    assert "patch" not in twice.response["response"]
+    assert twice.pod == once.pod
+
+
+async def test_partly_injected_pod_gets_only_what_is_missing(admit: Any, interfaces: list[Any]) -> None:
+    interfaces.append(weather_interface())
+    pod = plain_pod()
+    pod["spec"]["readinessGates"] = [GATE]
+    admitted = await admit(pod)
+    assert admitted.pod["spec"]["readinessGates"] == [GATE]
+    assert admitted.pod == injected(plain_pod())
+
+
+async def test_sidecar_goes_after_the_pods_own_init_containers(admit: Any, interfaces: list[Any]) -> None:
+    interfaces.append(weather_interface())
+    pod = plain_pod()
+    migrate = {"name": "migrate", "image": "example.com/weather-mcp:1.4", "command": ["migrate"]}
+    pod["spec"]["initContainers"] = [migrate]
+    admitted = await admit(pod)
+    assert admitted.pod == injected(pod)
+    assert [c["name"] for c in admitted.pod["spec"]["initContainers"]] == ["migrate", "lockstep-sidecar"]
+
+
+async def test_own_readiness_gates_are_kept(admit: Any, interfaces: list[Any]) -> None:
+    interfaces.append(weather_interface())
+    pod = plain_pod()
+    pod["spec"]["readinessGates"] = [{"conditionType": "example.com/warm-cache"}]
+    admitted = await admit(pod)
+    assert admitted.pod == injected(pod)
+    assert admitted.pod["spec"]["readinessGates"] == [{"conditionType": "example.com/warm-cache"}, GATE]
+
+
+async def test_pod_without_volumes_gets_a_volumes_list(admit: Any, interfaces: list[Any]) -> None:
+    interfaces.append(weather_interface())
+    pod = plain_pod()
+    del pod["spec"]["volumes"]
+    del pod["spec"]["containers"][0]["volumeMounts"]
+    admitted = await admit(pod)
+    assert admitted.pod == injected(pod)
+    assert admitted.pod["spec"]["volumes"] == [TOKEN_VOLUME]
+
+
+@pytest.mark.parametrize(("labels", "namespace"), [
+    ({"lockstep.dev/inject": "disabled"}, NAMESPACE),
+    ({"lockstep.dev/inject": "enabled"}, "kube-system"),
+    ({"lockstep.dev/inject": "enabled"}, "lockstep-system"),
+])
+async def test_pods_not_opted_in_are_untouched(admit: Any, interfaces: list[Any], events: list[Any],
+                                               labels: dict[str, str], namespace: str) -> None:
+    interfaces.append(weather_interface())
+    pod = plain_pod(**labels)
+    pod["metadata"]["namespace"] = namespace
+    admitted = await admit(pod, namespace=namespace)
+    assert admitted.response["response"]["allowed"] is True
+    assert admitted.ops == []
+    assert admitted.pod == pod
+    assert events == []
+
+
+async def test_pod_selected_by_no_interface_is_held_out_and_an_event_says_so(
+        admit: Any, events: list[Any]) -> None:
+    pod = plain_pod()
+    admitted = await admit(pod)
+    sidecar = expected_sidecar(interface="", port=8080, interval="60", timeout="10")
+    assert admitted.pod == injected(pod, sidecar)
+    [(target, reason, message)] = events
+    assert reason == "InterfaceNotFound"
+    assert target["kind"] == "ReplicaSet" and target["metadata"]["name"] == "weather-7d9f"
+    assert "no MCPServerInterface selects it" in message
+    assert admitted.response["response"]["warnings"] == [message]
+
+
+async def test_dry_run_posts_no_event(admit: Any, events: list[Any]) -> None:
+    admitted = await admit(plain_pod(), dry_run=True)
+    assert admitted.pod["spec"]["readinessGates"] == [GATE]
+    assert events == []
+
+
+async def test_annotation_picks_the_interface(admit: Any, interfaces: list[Any]) -> None:
+    interfaces.append(weather_interface())
+    other = weather_interface(port=9000, transport="sse", path="/sse")
+    other["metadata"]["name"] = "weather-legacy"
+    other["spec"]["selector"] = {"matchLabels": {"app": "nothing"}}
+    interfaces.append(other)
+    pod = plain_pod()
+    pod["metadata"]["annotations"] = {"lockstep.dev/interface": "weather-legacy"}
+    admitted = await admit(pod)
+    env = {e["name"]: e["value"] for e in admitted.pod["spec"]["initContainers"][0]["env"]}
+    assert (env["LOCKSTEP_INTERFACE"], env["LOCKSTEP_MCP_PORT"], env["LOCKSTEP_MCP_TRANSPORT"],
+            env["LOCKSTEP_MCP_PATH"]) == ("weather-legacy", "9000", "sse", "/sse")
+
+
+async def test_annotation_naming_a_missing_interface_fails_closed(admit: Any, interfaces: list[Any],
+                                                                  events: list[Any]) -> None:
+    interfaces.append(weather_interface())
+    pod = plain_pod()
+    pod["metadata"]["annotations"] = {"lockstep.dev/interface": "gone"}
+    admitted = await admit(pod)
+    assert admitted.pod["spec"]["readinessGates"] == [GATE]
+    [(_, reason, message)] = events
+    assert reason == "InterfaceNotFound" and "'gone'" in message
+
+
+async def test_interface_in_another_namespace_does_not_apply(admit: Any, interfaces: list[Any],
+                                                             events: list[Any]) -> None:
+    elsewhere = weather_interface()
+    elsewhere["metadata"]["namespace"] = "other"
+    interfaces.append(elsewhere)
+    admitted = await admit(plain_pod())
+    env = {e["name"]: e.get("value") for e in admitted.pod["spec"]["initContainers"][0]["env"]}
+    assert "LOCKSTEP_INTERFACE" not in env
+    assert [reason for _, reason, _ in events] == ["InterfaceNotFound"]
+
+
+async def test_named_port_and_headers_secret(admit: Any, interfaces: list[Any]) -> None:
+    interfaces.append(weather_interface(port="mcp", headersFrom={"secretName": "weather-probe-headers"}))
+    admitted = await admit(plain_pod())
+    spec = admitted.pod["spec"]
+    sidecar = spec["initContainers"][0]
+    env = {e["name"]: e["value"] for e in sidecar["env"]}
+    assert env["LOCKSTEP_MCP_PORT"] == "8000"
+    assert env["LOCKSTEP_HEADERS_DIR"] == "/etc/lockstep/headers"
+    assert {"name": "lockstep-headers", "mountPath": "/etc/lockstep/headers", "readOnly": True} \
+        in sidecar["volumeMounts"]
+    assert {"name": "lockstep-headers", "secret": {"secretName": "weather-probe-headers", "defaultMode": 0o440}} \
+        in spec["volumes"]
+    app_mounts = [m["name"] for m in spec["containers"][0]["volumeMounts"]]
+    assert "lockstep-headers" not in app_mounts
+
+
+async def test_sidecar_port_moves_off_a_port_the_pod_uses(admit: Any, interfaces: list[Any]) -> None:
+    interfaces.append(weather_interface())
+    pod = plain_pod()
+    pod["spec"]["containers"][0]["ports"].append({"name": "metrics", "containerPort": 9090})
+    admitted = await admit(pod)
+    assert admitted.pod == injected(pod, expected_sidecar(sidecar_port=9091))
+
+
+async def test_lookup_failure_refuses_the_pod(admit: Any, interfaces: list[Any]) -> None:
+    interfaces.append({"metadata": {}})  # the lookup breaks on it: a stand-in for an API error
+    admitted = await admit(plain_pod())
+    response = admitted.response["response"]
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 503
+    assert "cannot list MCPServerInterfaces" in response["status"]["message"]
