@@ -1,0 +1,647 @@
+"""Severity rules: how risky one change of an MCP interface looks to a reviewer.
+
+Every unapproved change is drift; severity only ranks it for review and
+alerting (docs/severity.md explains the rules, with examples). This module
+holds the rules that need the definitions:
+
+* :func:`text_signals` finds what makes text dangerous for a model to read:
+  invisible or bidirectional Unicode, Unicode tag characters, look-alike
+  characters, markup, instruction-like phrases (:data:`INSTRUCTION_PHRASES`,
+  the one list of them) and URLs. :func:`gained_signals` keeps those that a
+  new definition has and the old one has not.
+* :func:`schema_widenings` names the ways a new JSON Schema accepts more than
+  the old one (new properties, fewer required, looser bounds, ...).
+* :func:`annotation_risks` names the tool annotation flips that matter
+  (read-only lost, destructive gained, open world gained).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import unicodedata
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "INSTRUCTION_PHRASES",
+    "Severity",
+    "TextSignal",
+    "annotation_risks",
+    "gained_signals",
+    "hidden_characters",
+    "json_equal",
+    "schema_widenings",
+    "text_signals",
+    "visible",
+]
+
+
+class Severity(str, enum.Enum):
+    """How risky a finding looks. Compare with ``<``/``>=`` (by :attr:`rank`), never as strings."""
+
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+
+    @property
+    def rank(self) -> int:
+        return _RANKS[self]
+
+    def __lt__(self, other: object) -> bool:
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.rank < other.rank
+
+    def __le__(self, other: object) -> bool:
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.rank <= other.rank
+
+    def __gt__(self, other: object) -> bool:
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.rank > other.rank
+
+    def __ge__(self, other: object) -> bool:
+        if not isinstance(other, Severity):
+            return NotImplemented
+        return self.rank >= other.rank
+
+    __hash__ = str.__hash__
+
+
+_RANKS = {Severity.LOW: 0, Severity.MEDIUM: 1, Severity.HIGH: 2}
+
+
+# --------------------------------------------------------------------------- text signals
+
+class SignalCategory(str, enum.Enum):
+    INVISIBLE = "invisible"
+    BIDI = "bidi"
+    TAG = "tag"
+    CONFUSABLE = "confusable"
+    MARKUP = "markup"
+    INSTRUCTION = "instruction"
+    URL = "url"
+
+
+@dataclass(frozen=True, order=True)
+class TextSignal:
+    """One risky thing found in text: a category and what was found."""
+
+    category: SignalCategory
+    token: str
+
+    def describe(self) -> str:
+        """The phrase that follows "gains" in a finding's reason."""
+        if self.category is SignalCategory.INVISIBLE:
+            return f"invisible Unicode {self.token}"
+        if self.category is SignalCategory.BIDI:
+            return f"bidirectional control {self.token}"
+        if self.category is SignalCategory.TAG:
+            return f"Unicode tag characters hiding {_quote(self.token)}"
+        if self.category is SignalCategory.CONFUSABLE:
+            return f"look-alike characters in {_quote(visible(self.token))} ({_lookalike_names(self.token)})"
+        if self.category is SignalCategory.MARKUP:
+            return f"markup {self.token}"
+        if self.category is SignalCategory.INSTRUCTION:
+            return f"instruction-like text {_quote(self.token)}"
+        return f"URL {self.token}"
+
+
+#: Instruction-like text aimed at the model, as (label, pattern). Patterns match
+#: lower-cased, NFKC-normalised text with hidden characters removed and runs of
+#: whitespace collapsed, so "Ig\u200bnore  PREVIOUS instructions" still matches.
+INSTRUCTION_PHRASES: tuple[tuple[str, str], ...] = (
+    ("ignore previous instructions",
+     (r"\b(ignore|disregard|forget|override|bypass)\b[^.]{0,30}?\b(previous|prior|above|earlier|preceding|"
+     r"all|any|other|system|safety)\b[^.]{0,20}?\b(instructions?|prompts?|rules|directions|guidelines|"
+     r"messages|context)\b")),
+    ("you must", r"\byou (must|have to|are required to|shall)\b"),
+    ("do not tell the user",
+     (r"\b(do not|don't|never|must not)\s+(tell|inform|notify|alert|mention|reveal|show|disclose|say)\b"
+     r"[^.]{0,40}?\b(user|human|anyone|them)\b")),
+    ("without telling the user",
+     r"\bwithout\s+(telling|informing|asking|notifying|alerting|showing)\b[^.]{0,20}?\b(user|human)\b"),
+    ("do not mention", r"\b(do not|don't|never)\s+mention\b"),
+    ("keep it secret", r"\b(keep|treat) (this|it|these) (secret|hidden|confidential|private)\b"),
+    ("before using this tool",
+     r"\bbefore (using|calling|invoking|running|executing) (this|the|any) (tool|function)\b"),
+    ("read a secret file",
+     (r"(~/\.ssh|\bid_rsa\b|\bid_ed25519\b|\.aws/credentials|~/\.cursor|\bmcp\.json\b|/etc/passwd|"
+     r"/etc/shadow|\.netrc\b|\.npmrc\b|\.pgpass\b|\.kube/config\b|\bprivate key\b)")),
+    ("pass the contents",
+     (r"\b(pass|send|include|append|upload|forward)\b[^.]{0,20}?\b(its|the|their|file's|whole)\s+"
+     r"(content|contents)\b")),
+    ("role marker",
+     r"(<\|im_start\|>|<\|im_end\|>|\[/?inst\]|\[/?system\]|<<sys>>|(^|\n)\s*(system|assistant|human)\s*:)"),
+    ("system prompt", r"\b(system prompt|developer mode|new instructions|hidden instructions|secret instructions)\b"),
+    ("act as", r"\b(act as|pretend (to be|you are)|you are now)\b"),
+    ("shadow other tools",
+     (r"(\bwhen this tool is (available|present|enabled|loaded)\b|\binstead of (using|calling) (the |any )?"
+     r"[\w.-]+ tool\b|\ball other tools\b)")),
+)
+_PHRASE_PATTERNS = tuple((label, re.compile(pattern)) for label, pattern in INSTRUCTION_PHRASES)
+
+_BIDI_CONTROLS = frozenset(
+    [0x061C, 0x200E, 0x200F, 0x202A, 0x202B, 0x202C, 0x202D, 0x202E, 0x2066, 0x2067, 0x2068, 0x2069]
+)
+# Invisible characters that are not in category Cf (format), which is caught whole.
+_INVISIBLE_EXTRA = frozenset(
+    [0x034F, 0x115F, 0x1160, 0x17B4, 0x17B5, 0x180B, 0x180C, 0x180D, 0x180F, 0x2028, 0x2029, 0x2800,
+     0x3164, 0xFFA0]
+)
+_EMOJI_VARIATION = frozenset([0xFE0E, 0xFE0F])
+_ZWJ = 0x200D
+_ALLOWED_CONTROLS = frozenset("\t\n\r")
+
+# Letters of other scripts that look like Latin letters, with the letter they imitate.
+_LOOKALIKES: dict[str, str] = {
+    # Cyrillic
+    "а": "a", "в": "B", "е": "e", "к": "k", "м": "M", "н": "H", "о": "o", "р": "p", "с": "c", "т": "T",
+    "у": "y", "х": "x", "і": "i", "ј": "j", "ѕ": "s", "ԁ": "d", "ԛ": "q", "ԝ": "w", "һ": "h", "ӏ": "l",
+    "ё": "e", "ї": "i", "ɡ": "g",
+    "А": "A", "В": "B", "Е": "E", "К": "K", "М": "M", "Н": "H", "О": "O", "Р": "P", "С": "C", "Т": "T",
+    "У": "Y", "Х": "X", "І": "I", "Ј": "J", "Ѕ": "S", "Ԛ": "Q", "Ԝ": "W", "Һ": "h", "Ӏ": "I",
+    # Greek
+    "α": "a", "ο": "o", "ν": "v", "ρ": "p", "τ": "t", "υ": "u", "ι": "i", "κ": "k", "ϲ": "c", "ϳ": "j",
+    "Α": "A", "Β": "B", "Ε": "E", "Ζ": "Z", "Η": "H", "Ι": "I", "Κ": "K", "Μ": "M", "Ν": "N", "Ο": "O",
+    "Ρ": "P", "Τ": "T", "Υ": "Y", "Χ": "X",
+    # Armenian and others often used in spoofing
+    "օ": "o", "ս": "u", "ո": "n", "հ": "h", "ց": "g", "ɑ": "a", "ı": "i",
+}
+
+_WORD = re.compile(r"[^\W\d_]+")
+_TAG_MARKUP = re.compile(r"<\s*/?\s*([A-Za-z][A-Za-z0-9_:-]{0,40})(\s[^<>]{0,300})?/?\s*>")
+_HTML_COMMENT = re.compile(r"<!--")
+_MARKDOWN_LINK = re.compile(r"(!?)\[[^\]\n]{0,300}\]\(\s*([^)\s]{1,500})[^)]{0,300}\)")
+_URL = re.compile(r"\b(?:[a-z][a-z0-9+.-]{1,15}://|www\.)[^\s<>\"'`)\]}]+", re.IGNORECASE)
+_SCHEME_URL = re.compile(r"\b(?:javascript|data|vbscript):[^\s<>\"'`)\]}]{2,}", re.IGNORECASE)
+_URL_TRAILER = ".,;:!?"
+
+
+def _quote(text: str, limit: int = 60) -> str:
+    text = text if len(text) <= limit else text[: limit - 1] + "…"
+    return "'" + text + "'"
+
+
+def hidden_characters(text: str) -> Iterator[tuple[int, SignalCategory]]:
+    """Yield (index, category) of every invisible, bidirectional or tag character in ``text``.
+
+    Emoji presentation selectors after a symbol and a zero-width joiner between
+    two symbols (emoji sequences such as a family emoji) are legitimate and skipped.
+    """
+    for index, char in enumerate(text):
+        code = ord(char)
+        if 0xE0000 <= code <= 0xE007F:
+            yield index, SignalCategory.TAG
+        elif code in _BIDI_CONTROLS:
+            yield index, SignalCategory.BIDI
+        elif _is_invisible(text, index, code):
+            yield index, SignalCategory.INVISIBLE
+
+
+def _is_invisible(text: str, index: int, code: int) -> bool:
+    char = text[index]
+    previous = text[index - 1] if index else ""
+    following = text[index + 1] if index + 1 < len(text) else ""
+    if code in _EMOJI_VARIATION:
+        return not previous or unicodedata.category(previous) not in ("So", "Sk", "Sm", "Nd")
+    if code == _ZWJ:
+        return not (previous and following and _is_emoji_part(previous) and _is_emoji_part(following))
+    if 0xFE00 <= code <= 0xFE0F or 0xE0100 <= code <= 0xE01EF or code in _INVISIBLE_EXTRA:
+        return True
+    category = unicodedata.category(char)
+    if category == "Cc":
+        return char not in _ALLOWED_CONTROLS
+    return category in ("Cf", "Co", "Cn")
+
+
+def _is_emoji_part(char: str) -> bool:
+    return unicodedata.category(char) == "So" or ord(char) in _EMOJI_VARIATION
+
+
+def visible(text: str) -> str:
+    """``text`` with every hidden character spelled out as ``<U+XXXX>``, safe to print for review."""
+    hidden = {index for index, _ in hidden_characters(text)}
+    if not hidden:
+        return text
+    return "".join(f"<U+{ord(char):04X}>" if index in hidden else char for index, char in enumerate(text))
+
+
+def _lookalike_names(word: str) -> str:
+    names = []
+    for char in dict.fromkeys(word):
+        if _is_lookalike(char):
+            names.append(f"U+{ord(char):04X} {unicodedata.name(char, '?')}")
+    return ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
+
+
+def _is_lookalike(char: str) -> bool:
+    if char in _LOOKALIKES:
+        return True
+    if char.isascii() or not char.isalpha():
+        return False
+    folded = unicodedata.normalize("NFKC", char)
+    return folded.isascii() and folded.isalpha()
+
+
+def _confusable_words(text: str) -> Iterator[str]:
+    for match in _WORD.finditer(text):
+        word = match.group()
+        if word.isascii():
+            continue
+        lookalikes = [char for char in word if _is_lookalike(char)]
+        if not lookalikes:
+            continue
+        has_ascii_letter = any(char.isascii() for char in word)
+        compatibility_form = any(char not in _LOOKALIKES for char in lookalikes)
+        if has_ascii_letter or compatibility_form:
+            yield word
+
+
+def _tag_payloads(text: str) -> Iterator[str]:
+    payload: list[str] = []
+    for char in text + "\x00":
+        code = ord(char)
+        if 0xE0000 <= code <= 0xE007F:
+            payload.append(chr(code - 0xE0000) if 0xE0020 <= code <= 0xE007E else "")
+        elif payload:
+            yield "".join(payload) or "<empty>"
+            payload = []
+
+
+def _normalise_for_phrases(text: str) -> str:
+    hidden = {index for index, _ in hidden_characters(text)}
+    kept = "".join(char for index, char in enumerate(text) if index not in hidden)
+    folded = unicodedata.normalize("NFKC", kept).lower()
+    folded = "".join(_LOOKALIKES.get(char, char).lower() for char in folded)
+    folded = folded.replace("\u2019", "'")
+    return re.sub(r"[ \t\f\v]+", " ", folded)
+
+
+def text_signals(text: str) -> dict[TextSignal, int]:
+    """Every risky signal in ``text`` with its count.
+
+    Hidden characters count per code point, so one more zero-width space is a
+    gain; markup, phrases and URLs count once, so repeating a link is not.
+    """
+    signals: dict[TextSignal, int] = {}
+
+    def add(signal: TextSignal, count: int = 1) -> None:
+        signals[signal] = signals.get(signal, 0) + count
+
+    for index, category in hidden_characters(text):
+        if category is not SignalCategory.TAG:
+            add(TextSignal(category, f"U+{ord(text[index]):04X}"))
+    for payload in _tag_payloads(text):
+        add(TextSignal(SignalCategory.TAG, payload))
+    for word in _confusable_words(text):
+        add(TextSignal(SignalCategory.CONFUSABLE, word))
+    for signal in _once_signals(text):
+        signals[signal] = 1
+    return signals
+
+
+def _once_signals(text: str) -> Iterator[TextSignal]:
+    for match in _TAG_MARKUP.finditer(text):
+        yield TextSignal(SignalCategory.MARKUP, f"<{match.group(1).lower()}>")
+    if _HTML_COMMENT.search(text):
+        yield TextSignal(SignalCategory.MARKUP, "<!-- comment -->")
+    for match in _MARKDOWN_LINK.finditer(text):
+        what = "markdown image" if match.group(1) else "markdown link"
+        yield TextSignal(SignalCategory.MARKUP, f"{what} to {match.group(2)}")
+    for pattern in (_URL, _SCHEME_URL):
+        for match in pattern.finditer(text):
+            yield TextSignal(SignalCategory.URL, match.group().rstrip(_URL_TRAILER))
+    normalised = _normalise_for_phrases(text)
+    for label, phrase in _PHRASE_PATTERNS:
+        if phrase.search(normalised):
+            yield TextSignal(SignalCategory.INSTRUCTION, label)
+
+
+# Subtrees and fields that are not text for the model: icons are cosmetic, _meta
+# is for clients, "$"-keywords of JSON Schema are URIs, a resource's uri is its key.
+_UNSCANNED_FIELDS = frozenset({"icons", "_meta", "mimeType", "uri", "uriTemplate"})
+
+
+def scanned_strings(definition: Any) -> Iterator[tuple[str, str]]:
+    """Yield (JSON pointer, text) for every string a model may read in a component definition.
+
+    Object keys are yielded too (a property name is text the model reads).
+    """
+    if isinstance(definition, str):
+        yield "", definition
+        return
+    stack: list[tuple[Any, str, int]] = [(definition, "", 0)]
+    while stack:
+        value, pointer, depth = stack.pop()
+        if isinstance(value, str):
+            yield pointer, value
+        elif isinstance(value, dict):
+            for key, child in value.items():
+                if depth == 0 and key in _UNSCANNED_FIELDS or key.startswith("$"):
+                    continue
+                child_pointer = f"{pointer}/{_escape(key)}"
+                yield child_pointer, key
+                stack.append((child, child_pointer, depth + 1))
+        elif isinstance(value, list):
+            for index, child in enumerate(value):
+                stack.append((child, f"{pointer}/{index}", depth + 1))
+
+
+def _escape(token: str) -> str:
+    return token.replace("~", "~0").replace("/", "~1")
+
+
+@dataclass(frozen=True)
+class GainedSignal:
+    """A signal the new definition has and the old one has not, and where it appears."""
+
+    signal: TextSignal
+    pointer: str
+
+    def reason(self, label: str) -> str:
+        return f"{label} gains {self.signal.describe()}"
+
+
+def _definition_signals(definition: Any) -> tuple[dict[TextSignal, int], dict[TextSignal, str]]:
+    counts: dict[TextSignal, int] = {}
+    where: dict[TextSignal, str] = {}
+    if definition is None:
+        return counts, where
+    for pointer, text in scanned_strings(definition):
+        for signal, count in text_signals(text).items():
+            counts[signal] = counts.get(signal, 0) + count
+            where.setdefault(signal, pointer)
+    return counts, where
+
+
+def gained_signals(old: Any, new: Any) -> list[GainedSignal]:
+    """Signals present in the new definition and not in the old one (``None``: no old one).
+
+    Hidden and look-alike characters are compared by count, the rest by presence.
+    """
+    old_counts, _ = _definition_signals(old)
+    new_counts, where = _definition_signals(new)
+    gained = []
+    for signal, count in new_counts.items():
+        counted = signal.category in (SignalCategory.INVISIBLE, SignalCategory.BIDI, SignalCategory.CONFUSABLE)
+        if (count > old_counts.get(signal, 0)) if counted else signal not in old_counts:
+            gained.append(GainedSignal(signal, where[signal]))
+    return sorted(gained, key=lambda item: (item.pointer, item.signal))
+
+
+# --------------------------------------------------------------------------- annotations
+
+def annotation_risks(old: Any, new: Any) -> list[str]:
+    """Reasons why a tool's new annotations are riskier than the old ones (MCP defaults applied).
+
+    Defaults from the MCP specification: readOnlyHint false, destructiveHint true
+    (meaningful only when not read-only), openWorldHint true.
+    """
+    old_hints = old if isinstance(old, Mapping) else {}
+    new_hints = new if isinstance(new, Mapping) else {}
+    reasons = []
+    was_read_only = old_hints.get("readOnlyHint") is True
+    is_read_only = new_hints.get("readOnlyHint") is True
+    if was_read_only and not is_read_only:
+        reasons.append(f"stops being read-only (readOnlyHint: true -> {_hint(new_hints, 'readOnlyHint')})")
+    if _destructive(new_hints) and not _destructive(old_hints):
+        source = "destructiveHint absent defaults to true" if "destructiveHint" not in new_hints else (
+            f"destructiveHint: {_hint(old_hints, 'destructiveHint')} -> true")
+        reasons.append(f"becomes destructive ({source})")
+    if _open_world(new_hints) and not _open_world(old_hints):
+        reasons.append(f"becomes open-world (openWorldHint: false -> {_hint(new_hints, 'openWorldHint')})")
+    return reasons
+
+
+def _destructive(hints: Mapping[str, Any]) -> bool:
+    if hints.get("readOnlyHint") is True:
+        return False
+    return hints.get("destructiveHint", True) is True
+
+
+def _open_world(hints: Mapping[str, Any]) -> bool:
+    return hints.get("openWorldHint", True) is True
+
+
+def _hint(hints: Mapping[str, Any], name: str) -> str:
+    return "absent" if name not in hints else _json_scalar(hints[name])
+
+
+def _json_scalar(value: Any) -> str:
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if value is None:
+        return "null"
+    return repr(value) if isinstance(value, str) else str(value)
+
+
+# --------------------------------------------------------------------------- schemas
+
+# Keywords that describe a value without constraining it.
+_ANNOTATION_KEYWORDS = frozenset({
+    "title", "description", "default", "examples", "deprecated", "readOnly", "writeOnly", "$comment",
+    "$schema", "$id", "$anchor", "$dynamicAnchor", "$vocabulary", "contentMediaType", "contentSchema",
+    "example", "x-order",
+})
+_UPPER_BOUNDS = frozenset({"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties", "maxContains"})
+_LOWER_BOUNDS = frozenset({"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties", "minContains"})
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "dependentSchemas"})
+_DEFINITION_MAPS = frozenset({"$defs", "definitions"})
+_SCHEMA_SINGLES = frozenset({"items", "additionalItems", "contains", "propertyNames", "unevaluatedItems",
+                             "unevaluatedProperties"})
+_OPEN_WHEN_ABSENT = frozenset({"additionalProperties", "additionalItems", "unevaluatedItems",
+                               "unevaluatedProperties"})
+_HANDLED = (_UPPER_BOUNDS | _LOWER_BOUNDS | _SCHEMA_MAPS | _DEFINITION_MAPS | _SCHEMA_SINGLES | _OPEN_WHEN_ABSENT
+            | {"type", "enum", "const", "required", "prefixItems", "anyOf", "oneOf", "allOf", "uniqueItems",
+               "nullable"})
+
+
+def schema_widenings(old: Any, new: Any, pointer: str = "") -> list[str]:
+    """Ways in which schema ``new`` accepts values that schema ``old`` refused, as short reasons.
+
+    Conservative: a changed constraint whose effect cannot be decided here (a new
+    pattern, a changed $ref) counts as a widening.
+    """
+    if json_equal(old, new):
+        return []
+    old, new = _as_schema(old), _as_schema(new)
+    where = pointer or "/"
+    if old is False:
+        return [f"{where} accepted nothing and now accepts values"]
+    if new is True:
+        return [f"{where} now accepts anything"]
+    if old is True or new is False:
+        return []
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return [f"{where} changed shape"]
+    reasons: list[str] = []
+    reasons += _type_widenings(old, new, where)
+    reasons += _value_set_widenings(old, new, where)
+    reasons += _required_widenings(old, new, where)
+    reasons += _bound_widenings(old, new, where)
+    reasons += _subschema_widenings(old, new, pointer)
+    reasons += _other_constraint_widenings(old, new, where)
+    return reasons
+
+
+def _as_schema(schema: Any) -> Any:
+    """Booleans stand for themselves; an empty object accepts anything, like ``true``."""
+    if isinstance(schema, dict) and not any(key not in _ANNOTATION_KEYWORDS for key in schema):
+        return True
+    return schema
+
+
+def _types(schema: dict[str, Any]) -> set[str] | None:
+    kind = schema.get("type")
+    if kind is None:
+        return None
+    types = {kind} if isinstance(kind, str) else {str(item) for item in kind} if isinstance(kind, list) else set()
+    if schema.get("nullable") is True:
+        types.add("null")
+    return types
+
+
+def _type_widenings(old: dict[str, Any], new: dict[str, Any], where: str) -> list[str]:
+    old_types, new_types = _types(old), _types(new)
+    if old_types is None:
+        return []
+    if new_types is None:
+        return [f"{where}/type constraint removed (was {_type_text(old_types)})"]
+    added = {kind for kind in new_types - old_types if not (kind == "integer" and "number" in old_types)}
+    if added:
+        return [f"{where}/type widened from {_type_text(old_types)} to {_type_text(new_types)}"]
+    return []
+
+
+def _type_text(types: set[str]) -> str:
+    return "|".join(sorted(types))
+
+
+def _value_set_widenings(old: dict[str, Any], new: dict[str, Any], where: str) -> list[str]:
+    reasons = []
+    if isinstance(old.get("enum"), list):
+        if not isinstance(new.get("enum"), list):
+            reasons.append(f"{where}/enum removed")
+        else:
+            extra = [value for value in new["enum"] if not any(json_equal(value, seen) for seen in old["enum"])]
+            if extra:
+                listed = ", ".join(_json_scalar(value) for value in extra[:5])
+                reasons.append(f"{where}/enum extended with {listed}")
+    if "const" in old and ("const" not in new or not json_equal(old["const"], new["const"])):
+        reasons.append(f"{where}/const {'removed' if 'const' not in new else 'changed'}")
+    return reasons
+
+
+def _required_widenings(old: dict[str, Any], new: dict[str, Any], where: str) -> list[str]:
+    old_required = _list_of(old, "required")
+    new_required = _list_of(new, "required")
+    dropped = [name for name in old_required if name not in new_required]
+    return [f"{where}/required no longer requires {', '.join(map(str, dropped))}"] if dropped else []
+
+
+def _list_of(schema: dict[str, Any], keyword: str) -> list[Any]:
+    value = schema.get(keyword)
+    return value if isinstance(value, list) else []
+
+
+def _dict_of(schema: dict[str, Any], keyword: str) -> dict[str, Any]:
+    value = schema.get(keyword)
+    return value if isinstance(value, dict) else {}
+
+
+def _bound_widenings(old: dict[str, Any], new: dict[str, Any], where: str) -> list[str]:
+    reasons = []
+    for keyword in sorted((_UPPER_BOUNDS | _LOWER_BOUNDS) & old.keys()):
+        before, after = old[keyword], new.get(keyword)
+        if keyword not in new:
+            reasons.append(f"{where}/{keyword} removed (was {_json_scalar(before)})")
+        elif _is_number(before) and _is_number(after):
+            looser = after > before if keyword in _UPPER_BOUNDS else after < before
+            if looser:
+                reasons.append(f"{where}/{keyword} loosened: {_json_scalar(before)} -> {_json_scalar(after)}")
+        elif not json_equal(before, after):
+            reasons.append(f"{where}/{keyword} changed")
+    if old.get("uniqueItems") is True and new.get("uniqueItems") is not True:
+        reasons.append(f"{where}/uniqueItems dropped")
+    return reasons
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _subschema_widenings(old: dict[str, Any], new: dict[str, Any], pointer: str) -> list[str]:
+    reasons: list[str] = []
+    for keyword in sorted(_SCHEMA_MAPS | _DEFINITION_MAPS):
+        old_map, new_map = _dict_of(old, keyword), _dict_of(new, keyword)
+        for name, schema in new_map.items():
+            child = f"{pointer}/{keyword}/{_escape(name)}"
+            if name in old_map:
+                reasons += schema_widenings(old_map[name], schema, child)
+            elif keyword in ("properties", "patternProperties"):
+                reasons.append(f"{child} added (accepts a new {'property' if keyword == 'properties' else 'pattern'})")
+    for keyword in sorted(_SCHEMA_SINGLES | _OPEN_WHEN_ABSENT):
+        if keyword in old and not isinstance(old[keyword], list):
+            if keyword not in new and keyword in _OPEN_WHEN_ABSENT:
+                reasons.append(f"{pointer}/{keyword} removed (was {_compact(old[keyword])}, now open)")
+            elif keyword not in new:
+                reasons.append(f"{pointer}/{keyword} removed")
+            elif not isinstance(new[keyword], list):
+                reasons += schema_widenings(old[keyword], new[keyword], f"{pointer}/{keyword}")
+    reasons += _list_widenings(old, new, pointer)
+    return reasons
+
+
+def _list_widenings(old: dict[str, Any], new: dict[str, Any], pointer: str) -> list[str]:
+    reasons: list[str] = []
+    for keyword in ("prefixItems", "allOf", "anyOf", "oneOf", "items"):
+        old_list, new_list = old.get(keyword), new.get(keyword)
+        if not isinstance(old_list, list):
+            continue
+        if not isinstance(new_list, list):
+            if keyword not in new:
+                reasons.append(f"{pointer}/{keyword} removed")
+            continue
+        if keyword in ("anyOf", "oneOf") and len(new_list) > len(old_list):
+            reasons.append(f"{pointer}/{keyword} gains {len(new_list) - len(old_list)} alternative(s)")
+        if keyword in ("allOf", "prefixItems", "items") and len(new_list) < len(old_list):
+            reasons.append(f"{pointer}/{keyword} drops {len(old_list) - len(new_list)} schema(s)")
+        for index, (before, after) in enumerate(zip(old_list, new_list)):
+            reasons += schema_widenings(before, after, f"{pointer}/{keyword}/{index}")
+    return reasons
+
+
+def _other_constraint_widenings(old: dict[str, Any], new: dict[str, Any], where: str) -> list[str]:
+    reasons = []
+    for keyword in sorted(old.keys() - _ANNOTATION_KEYWORDS - _HANDLED):
+        if keyword not in new:
+            reasons.append(f"{where}/{keyword} removed")
+        elif not json_equal(old[keyword], new[keyword]):
+            reasons.append(f"{where}/{keyword} changed (may accept more)")
+    return reasons
+
+
+def _compact(value: Any) -> str:
+    return _json_scalar(value) if not isinstance(value, (dict, list)) else "a schema"
+
+
+def json_equal(left: Any, right: Any) -> bool:
+    """JSON equality: ``true`` is not ``1``, ``1`` is ``1.0``; objects compare by keys."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return isinstance(left, bool) and isinstance(right, bool) and left is right
+    if isinstance(left, dict):
+        return (isinstance(right, dict) and left.keys() == right.keys()
+                and all(json_equal(left[key], right[key]) for key in left))
+    if isinstance(left, list):
+        return (isinstance(right, list) and len(left) == len(right)
+                and all(json_equal(a, b) for a, b in zip(left, right)))
+    if _is_number(left) and _is_number(right):
+        return bool(left == right)
+    return type(left) is type(right) and bool(left == right)
