@@ -26,7 +26,6 @@ from typing import Any, Protocol
 
 import jsonpatch
 import kopf
-
 from lockstep.operator.injection import (
     INJECT_LABEL,
     INTERFACE_ANNOTATION,
@@ -69,7 +68,7 @@ class KubernetesInterfaceLookup:
         if self._configuration is None:
             self._configuration = _load_kubernetes_configuration()
         with kubernetes.client.ApiClient(self._configuration) as api:
-            found = kubernetes.client.CustomObjectsApi(api).list_namespaced_custom_object(
+            found: Any = kubernetes.client.CustomObjectsApi(api).list_namespaced_custom_object(
                 GROUP, VERSION, namespace, PLURAL)
         return list(found.get("items") or [])
 
@@ -79,9 +78,9 @@ def _load_kubernetes_configuration() -> Any:
 
     configuration = kubernetes.client.Configuration()
     try:
-        kubernetes.config.load_incluster_config(client_configuration=configuration)
+        kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     except kubernetes.config.ConfigException:
-        kubernetes.config.load_kube_config(client_configuration=configuration)
+        kubernetes.config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     return configuration
 
 
@@ -142,7 +141,7 @@ def sidecar_settings(config: Any) -> SidecarSettings:
 def post_kopf_event(target: Mapping[str, Any], reason: str, message: str) -> None:
     """Post a Warning Event through kopf's event queue (only inside a running operator)."""
     try:
-        kopf.warn(dict(target), reason=reason, message=message)
+        kopf.warn(kopf.Body(dict(target)), reason=reason, message=message)
     except LookupError:  # no operator context (a bare test or a tool): the log line must do
         logger.warning("%s: %s", reason, message)
 
@@ -177,7 +176,7 @@ def register_webhooks(registry: kopf.OperatorRegistry, config: Any, *,
             return
         try:
             interfaces = await find_interfaces(namespace)
-        except Exception as error:  # the pod is refused; its controller retries the creation
+        except Exception as error:  # noqa: BLE001  # any lookup failure refuses the pod; its controller retries
             raise kopf.AdmissionError(f"Lockstep cannot list MCPServerInterfaces: {error}", code=503) from None
         resolution = resolve_binding(pod, interfaces)
         ops = _plan(pod, sidecar_settings(config), resolution, warnings)

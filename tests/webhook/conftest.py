@@ -17,7 +17,6 @@ from kopf._cogs.structs import ephemera, references
 from kopf._core.engines import admission
 from kopf._core.engines.indexing import OperatorIndexers
 from kopf._core.reactor.inventory import ResourceMemories
-
 from lockstep.operator.webhooks import register_webhooks
 
 PODS = references.Resource(group="", version="v1", plural="pods", kind="Pod", singular="pod",
