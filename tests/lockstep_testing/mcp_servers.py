@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -184,6 +185,7 @@ class MutableServer:
     #: JSON-RPC methods of the list requests answered, in order, with their cursor.
     list_calls: list[tuple[str, str | None]] = field(default_factory=list)
     _sessions: list[ServerSession] = field(default_factory=list, repr=False)
+    _exact: dict[str, bytes] = field(default_factory=dict, repr=False)
 
     # -- run-time changes
 
@@ -226,7 +228,7 @@ class MutableServer:
             path = "/mcp"
         else:
             app, path = _sse_app(server), "/sse"
-        return _RecordHeaders(app, self.http_requests), path
+        return _RecordHeaders(_ExactWire(app, self._exact), self.http_requests), path
 
     def _find(self, list_key: str, key: str, value: str) -> JSONDict:
         for item in self._items(list_key):
@@ -245,13 +247,18 @@ class MutableServer:
 
     def _list_handler(self, list_key: str) -> Callable[[Any, Any], Awaitable[JSONDict]]:
         async def handle(ctx: Any, params: Any) -> JSONDict:
-            if all(ctx.session is not session for session in self._sessions):
+            connection = _connection_of(ctx.session)
+            if all(_connection_of(session) is not connection for session in self._sessions):
                 self._sessions.append(ctx.session)
             cursor = getattr(params, "cursor", None)
             self.list_calls.append((list_key, cursor))
             if self.list_delay:
                 await asyncio.sleep(self.list_delay)
-            return {**self._page(list_key, cursor), **self.result_extra}
+            # The SDK re-validates results and drops unknown fields, so the handler answers an
+            # empty page with a token and _ExactWire puts the exact page on the wire instead.
+            token = str(next(_tokens))
+            self._exact[token] = json.dumps({**self._page(list_key, cursor), **self.result_extra}).encode()
+            return {list_key: [], "_meta": {_EXACT_KEY: token}}
 
         return handle
 
@@ -271,6 +278,15 @@ class MutableServer:
         if start + size < len(items):
             page["nextCursor"] = str(start + size)
         return page
+
+
+_EXACT_KEY = "dev.lockstep.test/exact"
+_tokens = itertools.count(1)
+
+
+def _connection_of(session: ServerSession) -> object:
+    """The connection behind a session (streamable HTTP makes a session object per request)."""
+    return getattr(session, "_connection", session)
 
 
 async def _send_list_changed(session: ServerSession, kind: str) -> None:
@@ -294,6 +310,38 @@ def _sse_app(server: Server[Any]) -> Starlette:
     return Starlette(
         routes=[Route("/sse", endpoint=handle_sse), Mount("/messages/", app=sse.handle_post_message)]
     )
+
+
+class _ExactWire:
+    """ASGI middleware that swaps a tokened list result for the exact page, in event streams.
+
+    Both transports send server messages as SSE events (one ``send`` per event), each
+    JSON-RPC message on one ``data:`` line.
+    """
+
+    def __init__(self, app: ASGIApp, exact: dict[str, bytes]) -> None:
+        self.app, self.exact = app, exact
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_exact(message: Any) -> None:
+            if message["type"] == "http.response.body" and _EXACT_KEY.encode() in message.get("body", b""):
+                message = {**message, "body": self._rewrite(message["body"])}
+            await send(message)
+
+        await self.app(scope, receive, send_exact)
+
+    def _rewrite(self, body: bytes) -> bytes:
+        lines = body.split(b"\n")
+        for index, line in enumerate(lines):
+            if not line.startswith(b"data:"):
+                continue
+            end = b"\r" if line.endswith(b"\r") else b""
+            envelope = json.loads(line[5 : len(line) - len(end)])
+            token = ((envelope.get("result") or {}).get("_meta") or {}).get(_EXACT_KEY)
+            if token in self.exact:
+                head = b'{"jsonrpc": "2.0", "id": ' + json.dumps(envelope["id"]).encode()
+                lines[index] = b"data: " + head + b', "result": ' + self.exact.pop(token) + b"}" + end
+        return b"\n".join(lines)
 
 
 class _RecordHeaders:

@@ -1,0 +1,706 @@
+"""Reading a live MCP server's interface with the ``mcp`` SDK (2.x) client.
+
+:func:`read_interface` connects over streamable HTTP or SSE, runs ``initialize``, then
+every list method the server's capabilities announce (``tools/list``,
+``prompts/list``, ``resources/list``, ``resources/templates/list``), follows every
+``nextCursor`` and returns the interface document: the instructions and each list's
+items concatenated over pages, each item exactly as the server sent it on the wire.
+:func:`connect` keeps one session open for repeated reads and ``list_changed``
+notifications (the sidecar)::
+
+    result = await read_interface("http://127.0.0.1:8080/mcp", headers={"Authorization": "Bearer t"})
+    result.interface, result.document, result.protocol_version
+
+    async with connect(url, on_list_changed=changed) as live:
+        result = await live.read()          # re-reads every list on the same session
+
+The SDK's pydantic models are never dumped again: a tap between the transport and
+the SDK's ``ClientSession`` keeps the ``result`` of every JSON-RPC response as the
+transport parsed it off the wire, and the reader uses that. The SDK's own validation
+of list results is ignored, so the core judges the items (a tool without a name is a
+``MissingKeyError``, duplicates a ``DuplicateComponentError``: ``InterfaceError``
+subclasses, not :class:`ReaderError`).
+
+Errors::
+
+    ReaderError                    the server could not be read (``reason``: CamelCase word)
+    ├── ServerUnreachableError     connection refused, HTTP error status, connection dropped
+    ├── ReadTimeoutError           no complete read within the deadline
+    ├── MalformedResponseError     an answer that is not JSON-RPC or not shaped like a list result
+    ├── ResponseTooLargeError      one answer, or all answers of one read, over ``Limits.max_bytes``
+    ├── CursorLoopError            a repeated ``nextCursor``, or more than ``max_pages`` pages
+    └── ProtocolError              a JSON-RPC error, or a protocol version this client does not speak
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Self
+from urllib.parse import urlsplit
+
+import anyio
+import httpx2
+from mcp import types
+from mcp.client.session import ClientSession
+from mcp.client.sse import sse_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import SessionMessage
+from pydantic import TypeAdapter, ValidationError
+
+from lockstep.core.errors import InterfaceError, LockstepError
+from lockstep.core.model import DEFAULT_LIMITS, Interface, Limits, check_json_value
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "TRANSPORTS",
+    "CursorLoopError",
+    "LiveSession",
+    "MalformedResponseError",
+    "ProtocolError",
+    "ReadResult",
+    "ReadTimeoutError",
+    "ReaderError",
+    "ResponseTooLargeError",
+    "ServerUnreachableError",
+    "connect",
+    "read_interface",
+    "resolve_transport",
+]
+
+logger = logging.getLogger("lockstep.reader")
+
+DEFAULT_TIMEOUT = 10.0
+DEFAULT_MAX_PAGES = 1000
+TRANSPORTS = ("streamable-http", "sse")
+#: The SDK's SSE client (``sse_client``) refuses a single event larger than this.
+SSE_CLIENT_EVENT_LIMIT = 1024 * 1024
+
+ListChangedCallback = Callable[[str], Awaitable[None] | None]
+
+
+# ---------------------------------------------------------------- errors
+
+
+class ReaderError(LockstepError):
+    """The live server could not be read; the message is one line."""
+
+    reason = "ReadFailed"
+
+
+class ServerUnreachableError(ReaderError):
+    """No connection, an HTTP error status, or the connection dropped."""
+
+    reason = "ServerUnreachable"
+
+
+class ReadTimeoutError(ReaderError):
+    """The server did not answer everything within the deadline."""
+
+    reason = "ReadTimeout"
+
+
+class MalformedResponseError(ReaderError):
+    """An answer that is not valid JSON-RPC, or not shaped like the result asked for."""
+
+    reason = "MalformedResponse"
+
+
+class ResponseTooLargeError(ReaderError):
+    """One answer, or the answers of one read together, exceed the byte limit."""
+
+    reason = "ResponseTooLarge"
+
+
+class CursorLoopError(ReaderError):
+    """Pagination that does not end: a repeated cursor, or too many pages."""
+
+    reason = "CursorLoop"
+
+
+class ProtocolError(ReaderError):
+    """The server answered with a JSON-RPC error, or speaks a protocol version we do not."""
+
+    reason = "ProtocolError"
+
+
+# ---------------------------------------------------------------- results
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """One complete read of a server's interface."""
+
+    #: ``instructions`` and each announced list (wire JSON, pages concatenated), plus ``serverInfo``.
+    document: dict[str, Any]
+    interface: Interface
+    protocol_version: str
+    server_info: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class _ListMethod:
+    method: str
+    list_key: str
+    capability: str
+    request: type[types.PaginatedRequest[Any]]
+    optional: bool = False  # a server may announce the capability without serving the method
+
+
+_LIST_METHODS = (
+    _ListMethod("tools/list", "tools", "tools", types.ListToolsRequest),
+    _ListMethod("prompts/list", "prompts", "prompts", types.ListPromptsRequest),
+    _ListMethod("resources/list", "resources", "resources", types.ListResourcesRequest),
+    _ListMethod(
+        "resources/templates/list",
+        "resourceTemplates",
+        "resources",
+        types.ListResourceTemplatesRequest,
+        optional=True,
+    ),
+)
+_LIST_CHANGED_KINDS: tuple[tuple[type[Any], str], ...] = (
+    (types.ToolListChangedNotification, "tools"),
+    (types.PromptListChangedNotification, "prompts"),
+    (types.ResourceListChangedNotification, "resources"),
+)
+_ANY_RESULT: TypeAdapter[Any] = TypeAdapter(Any)
+
+
+def resolve_transport(url: str, transport: str | None = None) -> str:
+    """``sse`` when the URL path ends with ``/sse``, else ``streamable-http``; or check ``transport``."""
+    if transport is None:
+        return "sse" if urlsplit(url).path.rstrip("/").endswith("/sse") else "streamable-http"
+    if transport not in TRANSPORTS:
+        raise ValueError(f"unknown transport {transport!r}; expected one of {', '.join(TRANSPORTS)}")
+    return transport
+
+
+# ---------------------------------------------------------------- the wire tap
+
+
+@dataclass(eq=False)
+class _Wire:
+    """What the HTTP layer and the stream tap saw, shared with the session that asks."""
+
+    url: str
+    limits: Limits
+    results: dict[Any, dict[str, Any]] = field(default_factory=dict)
+    sent: dict[str, Any] = field(default_factory=dict)  # method -> id of the last request sent
+    bytes_received: int = 0
+    fault: ReaderError | None = None
+    dropped: anyio.Event = field(default_factory=anyio.Event)
+    waiting_for: str = "the connection"
+    _on_fault: Callable[[], None] | None = None
+
+    def fail(self, error: ReaderError) -> None:
+        """Record the first fault of the current call and cancel that call."""
+        if self.fault is None:
+            self.fault = error
+        if self._on_fault is not None:
+            self._on_fault()
+
+    def drop(self, error: ReaderError) -> None:
+        self.dropped.set()
+        self.fail(error)
+
+    @contextmanager
+    def guard(self) -> Iterator[None]:
+        """Run one call; a fault seen meanwhile cancels it and is raised instead."""
+        self.fault = None
+        with anyio.CancelScope() as scope:
+            self._on_fault = scope.cancel
+            try:
+                yield
+            finally:
+                self._on_fault = None
+        if self.fault is not None:
+            raise self.fault
+
+    def observe(self, item: SessionMessage | Exception) -> None:
+        if isinstance(item, Exception):
+            self.fail(MalformedResponseError(f"{self.waiting_for}: unreadable message: {_one_line(item)}"))
+            return
+        message = item.message
+        if isinstance(message, types.JSONRPCResponse):
+            self.results[message.id] = message.result
+
+    def note_sent(self, item: SessionMessage) -> None:
+        message = item.message
+        if isinstance(message, types.JSONRPCRequest):
+            self.sent[message.method] = message.id
+
+    def take_result(self, method: str) -> dict[str, Any]:
+        request_id = self.sent.get(method)
+        if request_id not in self.results:
+            raise MalformedResponseError(f"{method}: no result received")
+        return self.results.pop(request_id)
+
+
+class _TappedReadStream:
+    """The transport's read stream, seen by the wire before the SDK's session parses it."""
+
+    def __init__(self, inner: Any, wire: _Wire) -> None:
+        self._inner, self._wire = inner, wire
+
+    @property
+    def last_context(self) -> Any:
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> SessionMessage | Exception:
+        try:
+            item: SessionMessage | Exception = await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            self._wire.drop(ServerUnreachableError(f"{self._wire.url}: the server closed the connection"))
+            raise
+        self._wire.observe(item)
+        return item
+
+    def __aiter__(self) -> _TappedReadStream:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> bool | None:
+        return bool(await self._inner.__aexit__(*exc_info))
+
+
+class _TappedWriteStream:
+    """The transport's write stream; notes the id of each request the session sends."""
+
+    def __init__(self, inner: Any, wire: _Wire) -> None:
+        self._inner, self._wire = inner, wire
+
+    async def send(self, item: SessionMessage, /) -> None:
+        self._wire.note_sent(item)
+        await self._inner.send(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> bool | None:
+        return bool(await self._inner.__aexit__(*exc_info))
+
+
+class _MeteredStream(httpx2.AsyncByteStream):
+    """A response body that counts its bytes and stops past the limit.
+
+    An event stream is limited per event (the bytes since the last blank line), so a
+    long-lived stream of small notifications never trips it; any other body as a whole.
+    """
+
+    def __init__(self, inner: Any, wire: _Wire, *, per_event: bool, limit: int) -> None:
+        self._inner, self._wire, self._per_event, self._limit = inner, wire, per_event, limit
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        size = 0
+        async for chunk in self._inner:
+            self._wire.bytes_received += len(chunk)
+            cut = max(chunk.rfind(b"\n\n"), chunk.rfind(b"\r\n\r\n")) if self._per_event else -1
+            size = len(chunk) - cut if cut >= 0 else size + len(chunk)
+            if size > self._limit:
+                error = ResponseTooLargeError(
+                    f"{self._wire.waiting_for}: an answer larger than the limit of {self._limit} bytes"
+                )
+                self._wire.fail(error)
+                raise httpx2.ReadError(str(error))
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class _MeteredTransport(httpx2.AsyncBaseTransport):
+    """The HTTP transport under the SDK: meters bodies, reports refused connections and error statuses."""
+
+    def __init__(self, wire: _Wire, *, sse_event_limit: int) -> None:
+        self._inner = httpx2.AsyncHTTPTransport()
+        self._wire = wire
+        self._sse_event_limit = sse_event_limit
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        try:
+            response = await self._inner.handle_async_request(request)
+        except (httpx2.ConnectError, httpx2.ConnectTimeout) as error:
+            self._wire.drop(ServerUnreachableError(f"{self._wire.url}: cannot connect: {_one_line(error)}"))
+            raise
+        if response.status_code >= 400 and request.method == "POST":
+            self._wire.fail(ServerUnreachableError(f"{self._wire.url}: {_http_status(response)}"))
+        content_type = response.headers.get("content-type", "").lower()
+        per_event = content_type.startswith("text/event-stream")
+        limit = (
+            min(self._wire.limits.max_bytes, self._sse_event_limit)
+            if per_event
+            else self._wire.limits.max_bytes
+        )
+        response.stream = _MeteredStream(response.stream, self._wire, per_event=per_event, limit=limit)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+# ---------------------------------------------------------------- the session
+
+
+class LiveSession:
+    """One open MCP session; :meth:`read` re-reads every list the server announced."""
+
+    def __init__(self, session: ClientSession, wire: _Wire, *, timeout: float, max_pages: int) -> None:
+        self._session, self._wire = session, wire
+        self._timeout, self._max_pages = timeout, max_pages
+        self._lock = anyio.Lock()
+        self._initialize: dict[str, Any] = {}
+
+    @property
+    def url(self) -> str:
+        return self._wire.url
+
+    @property
+    def protocol_version(self) -> str:
+        return self._session.protocol_version or ""
+
+    @property
+    def server_info(self) -> dict[str, Any]:
+        info = self._initialize.get("serverInfo")
+        return info if isinstance(info, dict) else {}
+
+    @property
+    def capabilities(self) -> dict[str, Any]:
+        capabilities = self._initialize.get("capabilities")
+        return capabilities if isinstance(capabilities, dict) else {}
+
+    @property
+    def dropped(self) -> bool:
+        """True once the connection failed or the server closed it: reconnect."""
+        return self._wire.dropped.is_set()
+
+    async def wait_dropped(self) -> None:
+        """Return when the connection fails or the server closes it."""
+        await self._wire.dropped.wait()
+
+    async def read(self) -> ReadResult:
+        """Read every announced list again (all pages) and validate the interface."""
+        async with self._lock:
+            try:
+                with anyio.fail_after(self._timeout):
+                    document = await self._read_document()
+            except TimeoutError:
+                raise _timed_out(self._wire, self._timeout) from None
+        interface = Interface.from_document(document, self._wire.limits)
+        return ReadResult(document, interface, self.protocol_version, self.server_info)
+
+    async def _initialize_session(self) -> None:
+        self._wire.waiting_for = "initialize"
+        try:
+            with self._wire.guard():
+                await self._session.initialize()
+        except ValidationError as error:
+            raise MalformedResponseError(
+                f"initialize: not an MCP initialize result: {_one_line(error)}"
+            ) from None
+        except MCPError as error:
+            raise self._rpc_failure("initialize", error) from None
+        except RuntimeError as error:  # the SDK refuses the protocol version the server chose
+            raise ProtocolError(f"initialize: {_one_line(error)}") from None
+        self._initialize = self._wire.take_result("initialize")
+        _check_plain_json("initialize", self._initialize, self._wire.limits)
+
+    async def _read_document(self) -> dict[str, Any]:
+        start = self._wire.bytes_received
+        document: dict[str, Any] = {}
+        instructions = self._initialize.get("instructions")
+        if instructions is not None:
+            document["instructions"] = instructions
+        for list_method in _LIST_METHODS:
+            if list_method.capability not in self.capabilities:
+                continue
+            items = await self._read_list(list_method, start, count=sum(map(len, _lists(document))))
+            if items is not None:
+                document[list_method.list_key] = items
+        document["serverInfo"] = self.server_info
+        return document
+
+    async def _read_list(self, list_method: _ListMethod, start: int, count: int) -> list[Any] | None:
+        items: list[Any] = []
+        cursors: set[str] = set()
+        cursor: str | None = None
+        for page in range(1, self._max_pages + 1):
+            result = await self._request(list_method, cursor)
+            if result is None:
+                return None
+            items.extend(_page_items(list_method, result, page))
+            self._check_size(list_method.method, start, count + len(items))
+            cursor = _next_cursor(list_method, result)
+            if cursor is None:
+                return items
+            if cursor in cursors:
+                raise CursorLoopError(
+                    f"{list_method.method}: the server repeated cursor {_short(cursor)} after {page} pages"
+                )
+            cursors.add(cursor)
+        raise CursorLoopError(f"{list_method.method}: more than {self._max_pages} pages")
+
+    async def _request(self, list_method: _ListMethod, cursor: str | None) -> dict[str, Any] | None:
+        """One list request; the raw wire result, or None for an optional method the server lacks."""
+        self._wire.waiting_for = list_method.method
+        params = types.PaginatedRequestParams(cursor=cursor) if cursor is not None else None
+        try:
+            with self._wire.guard():
+                await self._session.send_request(list_method.request(params=params), _ANY_RESULT)
+        except ValidationError:
+            pass  # the SDK's model refused the result; Lockstep judges the wire JSON itself below
+        except MCPError as error:
+            if list_method.optional and error.code == types.METHOD_NOT_FOUND:
+                return None
+            raise self._rpc_failure(list_method.method, error) from None
+        return self._wire.take_result(list_method.method)
+
+    def _check_size(self, method: str, start: int, count: int) -> None:
+        limits = self._wire.limits
+        if self._wire.bytes_received - start > limits.max_bytes:
+            raise ResponseTooLargeError(f"{method}: the answers of one read exceed {limits.max_bytes} bytes")
+        if count > limits.max_components:
+            raise ResponseTooLargeError(f"{method}: more than {limits.max_components} components")
+
+    def _rpc_failure(self, method: str, error: MCPError) -> ReaderError:
+        if error.code == types.PARSE_ERROR:
+            return MalformedResponseError(
+                f"{method}: the answer is not valid JSON-RPC: {_one_line(error.message)}"
+            )
+        if error.code == types.CONNECTION_CLOSED:
+            self._wire.dropped.set()
+            return ServerUnreachableError(f"{self.url}: connection closed while waiting for {method}")
+        return ProtocolError(f"{method}: the server answered error {error.code}: {_one_line(error.message)}")
+
+    async def _notified(self, message: Any, callback: ListChangedCallback) -> None:
+        for notification_type, kind in _LIST_CHANGED_KINDS:
+            if isinstance(message, notification_type):
+                outcome = callback(kind)
+                if inspect.isawaitable(outcome):
+                    await outcome
+
+
+def _page_items(list_method: _ListMethod, result: dict[str, Any], page: int) -> list[Any]:
+    items = result.get(list_method.list_key)
+    if not isinstance(items, list):
+        found = "no" if items is None else f"a {type(items).__name__} for"
+        raise MalformedResponseError(
+            f"{list_method.method}: page {page} has {found} {list_method.list_key!r} list"
+        )
+    return items
+
+
+def _next_cursor(list_method: _ListMethod, result: dict[str, Any]) -> str | None:
+    cursor = result.get("nextCursor")
+    if cursor is not None and not isinstance(cursor, str):
+        raise MalformedResponseError(f"{list_method.method}: nextCursor is not a string")
+    return cursor
+
+
+def _lists(document: dict[str, Any]) -> Iterator[list[Any]]:
+    return (value for value in document.values() if isinstance(value, list))
+
+
+def _check_plain_json(method: str, result: dict[str, Any], limits: Limits) -> None:
+    try:
+        check_json_value(result, limits)
+    except InterfaceError as error:
+        raise MalformedResponseError(f"{method}: {error}") from None
+
+
+# ---------------------------------------------------------------- connecting
+
+
+@asynccontextmanager
+async def connect(
+    url: str,
+    *,
+    transport: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    limits: Limits = DEFAULT_LIMITS,
+    on_list_changed: ListChangedCallback | None = None,
+    max_pages: int = DEFAULT_MAX_PAGES,
+) -> AsyncIterator[LiveSession]:
+    """Open one initialized session to ``url``; ``timeout`` bounds the opening and each read.
+
+    ``on_list_changed(kind)`` runs with ``"tools"``, ``"prompts"`` or ``"resources"`` for
+    every ``notifications/<kind>/list_changed`` the server sends; keep it short (set an
+    event). ``headers`` go on every HTTP request. :attr:`LiveSession.dropped` tells when
+    the connection is gone and a new one is needed.
+    """
+    wire = _Wire(url, limits)
+    options = _Options(
+        resolve_transport(url, transport), dict(headers or {}), timeout, max_pages, on_list_changed
+    )
+    async with _connect(wire, options) as live:
+        yield live
+
+
+@dataclass(frozen=True)
+class _Options:
+    transport: str
+    headers: dict[str, str]
+    timeout: float
+    max_pages: int
+    on_list_changed: ListChangedCallback | None = None
+
+
+@asynccontextmanager
+async def _connect(wire: _Wire, options: _Options) -> AsyncIterator[LiveSession]:
+    opened = False
+    try:
+        # The scope wraps the session for its whole life (cancel scopes must nest with the
+        # transports' task groups); its deadline only bounds the opening.
+        with anyio.CancelScope(deadline=anyio.current_time() + options.timeout) as opening:
+            async with AsyncExitStack() as stack:
+                live = await _open(stack, wire, options)
+                opening.deadline = math.inf
+                opened = True
+                yield live
+        if opening.cancelled_caught:
+            raise _timed_out(wire, options.timeout)
+    except BaseException as error:
+        translated = _translate(error, wire, opened=opened)
+        if translated is error:
+            raise
+        raise translated from None
+
+
+def _timed_out(wire: _Wire, timeout: float) -> ReadTimeoutError:
+    return ReadTimeoutError(
+        f"{wire.url}: no complete answer within {timeout:g}s (waiting for {wire.waiting_for})"
+    )
+
+
+async def _open(stack: AsyncExitStack, wire: _Wire, options: _Options) -> LiveSession:
+    headers, on_list_changed = options.headers, options.on_list_changed
+    timeouts = httpx2.Timeout(
+        options.timeout, read=None
+    )  # reads are bounded by the deadline, streams live long
+    if options.transport == "sse":
+        http_transport = _MeteredTransport(wire, sse_event_limit=SSE_CLIENT_EVENT_LIMIT)
+
+        def client_factory(headers: Any = None, timeout: Any = None, auth: Any = None) -> httpx2.AsyncClient:
+            return httpx2.AsyncClient(headers=headers, timeout=timeouts, auth=auth, transport=http_transport)
+
+        streams = sse_client(wire.url, headers=headers, httpx_client_factory=client_factory)
+    else:
+        http_transport = _MeteredTransport(wire, sse_event_limit=wire.limits.max_bytes)
+        client = await stack.enter_async_context(
+            httpx2.AsyncClient(headers=headers, timeout=timeouts, transport=http_transport)
+        )
+        streams = streamable_http_client(wire.url, http_client=client, max_sse_event_size=None)
+    read_stream, write_stream = await stack.enter_async_context(streams)
+    handler = None
+    live_ref: list[LiveSession] = []
+    if on_list_changed is not None:
+
+        async def handler(message: Any) -> None:
+            try:
+                await live_ref[0]._notified(message, on_list_changed)
+            except Exception:  # a failing callback must not end the session
+                logger.exception("on_list_changed callback raised")
+
+    session = ClientSession(
+        _TappedReadStream(read_stream, wire),  # type: ignore[arg-type]
+        _TappedWriteStream(write_stream, wire),  # type: ignore[arg-type]
+        message_handler=handler,
+        client_info=types.Implementation(name="lockstep", version=_version()),
+    )
+    await stack.enter_async_context(session)
+    live = LiveSession(session, wire, timeout=options.timeout, max_pages=options.max_pages)
+    live_ref.append(live)
+    await live._initialize_session()
+    return live
+
+
+def _translate(error: BaseException, wire: _Wire, *, opened: bool) -> BaseException:
+    """The error to raise for what escaped the connection: Lockstep's own, or transport failures named."""
+    leaves = list(_leaves(error))
+    if any(not isinstance(leaf, Exception) for leaf in leaves):
+        return error  # cancellation, KeyboardInterrupt...: never hidden
+    for leaf in leaves:
+        if isinstance(leaf, LockstepError):
+            return leaf
+    if opened:
+        return error  # the caller's own exception, raised inside ``async with connect(...)``
+    if wire.fault is not None:
+        return wire.fault
+    for leaf in leaves:
+        if isinstance(leaf, httpx2.HTTPStatusError):
+            return ServerUnreachableError(f"{wire.url}: {_http_status(leaf.response)}")
+        if isinstance(leaf, httpx2.HTTPError | OSError | anyio.BrokenResourceError | MCPError):
+            return ServerUnreachableError(f"{wire.url}: {_one_line(leaf) or type(leaf).__name__}")
+    return error
+
+
+def _leaves(error: BaseException) -> Iterator[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield error
+
+
+async def read_interface(
+    url: str,
+    *,
+    transport: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    limits: Limits = DEFAULT_LIMITS,
+    max_pages: int = DEFAULT_MAX_PAGES,
+) -> ReadResult:
+    """Connect, read the whole interface once, disconnect; ``timeout`` bounds it all."""
+    wire = _Wire(url, limits)
+    options = _Options(resolve_transport(url, transport), dict(headers or {}), timeout, max_pages)
+    try:
+        with anyio.fail_after(timeout):
+            async with _connect(wire, options) as live:
+                return await live.read()
+    except TimeoutError:
+        raise _timed_out(wire, timeout) from None
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _http_status(response: httpx2.Response) -> str:
+    return f"HTTP {response.status_code} {response.reason_phrase}".strip()
+
+
+def _one_line(value: object, limit: int = 300) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _short(cursor: str) -> str:
+    return repr(cursor if len(cursor) <= 40 else cursor[:37] + "...")
+
+
+def _version() -> str:
+    from lockstep import __version__
+
+    return __version__
