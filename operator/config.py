@@ -1,0 +1,56 @@
+"""The operator's configuration: one frozen dataclass filled by ``lockstep operator``'s options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["OperatorConfig"]
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    """Everything the operator needs to know at start; the cluster holds the rest."""
+
+    #: Namespaces to watch; empty means the whole cluster.
+    namespaces: tuple[str, ...] = ()
+    #: The report endpoint (HTTPS): ``POST /v1/reports``.
+    report_host: str = "0.0.0.0"
+    report_port: int = 8443
+    tls_cert_path: str | None = None
+    tls_key_path: str | None = None
+    #: Prometheus ``/metrics``; 0 disables the metrics server.
+    metrics_host: str = "0.0.0.0"
+    metrics_port: int = 8080
+    #: kopf's liveness endpoint ``/healthz``; 0 disables it.
+    health_port: int = 8081
+    #: Admission webhooks (kopf's webhook server, same TLS files); 0 disables them.
+    webhook_port: int = 9443
+    #: Largest report body accepted (bytes).
+    body_limit: int = 4 * 1024 * 1024
+    #: Per-pod token bucket: sustained reports per second and burst.
+    rate_per_pod: float = 1.0
+    rate_burst: int = 10
+    #: How long a reviewed token is trusted before it is reviewed again (seconds).
+    token_cache_seconds: float = 60.0
+    #: How often the stale timer runs, and how soon a changed resource status is written (seconds).
+    stale_check_interval: float = 5.0
+    status_flush_interval: float = 1.0
+    #: Largest definitions document kept in status for an unapproved observed revision (bytes of JSON).
+    status_definitions_limit: int = 64 * 1024
+    #: kopf peering: None is standalone (one replica); a name turns peering on for two or more.
+    peering_name: str | None = None
+    #: Priority of this replica in peering; None picks a random one so that two replicas never tie.
+    peering_priority: int | None = None
+    #: For the mutating webhook (lockstep.operator.webhooks).
+    sidecar_image: str = "ghcr.io/lockstep-dev/lockstep:latest"
+    sidecar_resources: dict[str, Any] = field(default_factory=dict)
+    sidecar_port: int = 9090
+    report_url: str = ""
+    operator_ca_path: str | None = None
+    token_expiration_seconds: int = 3600
+    own_namespace: str = ""
+
+    @property
+    def tls_enabled(self) -> bool:
+        return bool(self.tls_cert_path and self.tls_key_path)

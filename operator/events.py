@@ -1,0 +1,51 @@
+"""Kubernetes Events on pods and resources, for transitions only (never once per probe)."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from lockstep.operator.kube import GROUP, VERSION, KubeApiError, KubeClient
+
+__all__ = ["EventPoster", "pod_ref", "resource_ref"]
+
+logger = logging.getLogger(__name__)
+COMPONENT = "lockstep-operator"
+
+
+def pod_ref(namespace: str, name: str, uid: str) -> dict[str, str]:
+    return {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid}
+
+
+def resource_ref(namespace: str, name: str, uid: str) -> dict[str, str]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "MCPServerInterface", "namespace": namespace,
+            "name": name, "uid": uid}
+
+
+def build_event(ref: Mapping[str, str], type_: str, reason: str, message: str) -> dict[str, Any]:
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    # An explicit name (as kubectl and client-go do): a generateName POST is not idempotent on retry.
+    name = f"{ref['name']}.{secrets.token_hex(8)}"
+    return {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": name, "namespace": ref["namespace"]},
+        "involvedObject": dict(ref), "type": type_, "reason": reason, "message": message[:1024],
+        "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
+        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+    }
+
+
+class EventPoster:
+    """Posts Events; a failure is logged, never raised (an Event is not worth failing a verdict)."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self._client = client
+
+    async def post(self, ref: Mapping[str, str], type_: str, reason: str, message: str) -> None:
+        try:
+            await self._client.create_event(ref["namespace"], build_event(ref, type_, reason, message))
+        except (KubeApiError, OSError) as error:
+            logger.warning("Cannot post Event %s on %s/%s: %s", reason, ref["namespace"], ref["name"], error)

@@ -1,0 +1,282 @@
+"""Judging: one pod's observation against its MCPServerInterface's policy gives a verdict.
+
+Pure logic: no Kubernetes client, no clock. The reconciler feeds it parsed resources
+(:class:`Policy`) and observations, and writes the :class:`Verdict` it returns.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from lockstep.core import Interface, InterfaceError, LockstepError
+from lockstep.core.diff import UncomparableRevisionsError, closest_revision, diff_revisions
+from lockstep.core.report import Observation
+from lockstep.core.revision import Revision
+from lockstep.operator.injection import BindingError, parse_duration
+
+__all__ = [
+    "CONDITION_TYPE",
+    "Enforcement",
+    "Approval",
+    "PodState",
+    "Policy",
+    "Reason",
+    "Verdict",
+    "judge",
+    "judge_conflict",
+    "judge_stale",
+    "observed_revision",
+    "short_digest",
+]
+
+CONDITION_TYPE = "lockstep.dev/interface-verified"
+DEFAULT_STALE_AFTER = 180.0
+MESSAGE_LIMIT = 1024
+FINDINGS_IN_MESSAGE = 5
+
+
+class Reason(str, enum.Enum):
+    """The reason of the pod condition ``lockstep.dev/interface-verified``."""
+
+    VERIFIED = "Verified"
+    AUDIT = "Audit"
+    INTERFACE_CHANGED = "InterfaceChanged"
+    INTERFACE_INVALID = "InterfaceInvalid"
+    NOT_APPROVED = "NotApproved"
+    REPORT_STALE = "ReportStale"
+    SERVER_UNREACHABLE = "ServerUnreachable"
+    CONFLICT = "Conflict"
+
+
+class PodState(str, enum.Enum):
+    """A pod's state as counted in status and in the ``lockstep_pods`` metric."""
+
+    VERIFIED = "verified"
+    DRIFTED = "drifted"
+    PENDING = "pending"
+    STALE = "stale"
+    UNREACHABLE = "unreachable"
+    INVALID = "invalid"
+    CONFLICT = "conflict"
+    AUDIT = "audit"
+
+
+class Enforcement(str, enum.Enum):
+    ISOLATE = "Isolate"
+    AUDIT = "Audit"
+
+
+class Approval(str, enum.Enum):
+    MANUAL = "Manual"
+    FIRST_SEEN = "FirstSeen"
+
+
+_STATE_OF_REASON = {
+    Reason.VERIFIED: PodState.VERIFIED,
+    Reason.INTERFACE_CHANGED: PodState.DRIFTED,
+    Reason.NOT_APPROVED: PodState.DRIFTED,
+    Reason.INTERFACE_INVALID: PodState.INVALID,
+    Reason.SERVER_UNREACHABLE: PodState.UNREACHABLE,
+    Reason.REPORT_STALE: PodState.STALE,
+    Reason.CONFLICT: PodState.CONFLICT,
+}
+
+
+def short_digest(digest: str) -> str:
+    return digest[: len("sha256:") + 12]
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What judging needs from one MCPServerInterface, parsed once per change of the resource."""
+
+    namespace: str
+    name: str
+    uid: str = ""
+    generation: int = 0
+    selector: Mapping[str, Any] = field(default_factory=dict)
+    enforcement: Enforcement = Enforcement.ISOLATE
+    approval: Approval = Approval.MANUAL
+    ignore: tuple[str, ...] = ()
+    approved: tuple[Revision, ...] = ()
+    stale_after: float = DEFAULT_STALE_AFTER
+    #: The revision trusted on first use (approval FirstSeen), read back from status.
+    trusted: Revision | None = None
+    #: Why (part of) the spec is unusable: shown as the Stalled condition.
+    problems: tuple[str, ...] = ()
+
+    @classmethod
+    def from_resource(cls, body: Mapping[str, Any]) -> Policy:
+        metadata = body.get("metadata") or {}
+        spec = body.get("spec") or {}
+        problems: list[str] = []
+        ignore = tuple(str(pointer) for pointer in spec.get("ignore") or [])
+        approved: list[Revision] = []
+        for index, entry in enumerate(spec.get("approved") or []):
+            try:
+                approved.append(Revision.from_spec(entry, ignore=ignore))
+            except LockstepError as error:
+                problems.append(f"spec.approved[{index}]: {error}")
+        try:
+            stale_after = parse_duration((spec.get("probe") or {}).get("staleAfter", "180s"))
+        except BindingError as error:
+            problems.append(f"spec.probe.staleAfter: {error}")
+            stale_after = DEFAULT_STALE_AFTER
+        return cls(
+            namespace=str(metadata.get("namespace") or ""),
+            name=str(metadata.get("name") or ""),
+            uid=str(metadata.get("uid") or ""),
+            generation=int(metadata.get("generation") or 0),
+            selector=dict(spec.get("selector") or {}),
+            enforcement=_enum(Enforcement, spec.get("enforcement"), Enforcement.ISOLATE, problems),
+            approval=_enum(Approval, spec.get("approval"), Approval.MANUAL, problems),
+            ignore=ignore,
+            approved=tuple(approved),
+            stale_after=stale_after,
+            trusted=_trusted_from_status(body.get("status") or {}, ignore),
+            problems=tuple(problems),
+        )
+
+    @property
+    def effective_approved(self) -> tuple[Revision, ...]:
+        """The revisions a pod may match: spec's, plus the one trusted on first use."""
+        if self.approval is Approval.FIRST_SEEN and self.trusted is not None:
+            return (*self.approved, self.trusted)
+        return self.approved
+
+    @property
+    def judging_key(self) -> tuple[Any, ...]:
+        """What, when it changes, calls for judging every selected pod again."""
+        return (tuple(revision.aggregate for revision in self.approved), self.ignore, self.enforcement,
+                self.approval, self.trusted.aggregate if self.trusted else None, self.stale_after)
+
+
+def _enum(kind: type[enum.Enum], value: Any, default: Any, problems: list[str]) -> Any:
+    if value is None:
+        return default
+    try:
+        return kind(value)
+    except ValueError:
+        problems.append(f"unknown {kind.__name__.lower()} {value!r}")
+        return default
+
+
+def _trusted_from_status(status: Mapping[str, Any], ignore: Sequence[str]) -> Revision | None:
+    trusted = status.get("trusted")
+    if not isinstance(trusted, Mapping):
+        return None
+    try:
+        return Revision.from_spec(trusted, ignore=ignore)
+    except LockstepError:
+        return None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The pod condition Lockstep writes, and what led to it."""
+
+    status: str  # "True" | "False"
+    reason: Reason
+    message: str
+    state: PodState
+    revision: Revision | None = None
+    closest: str | None = None
+    findings: tuple[dict[str, Any], ...] = ()
+    #: FirstSeen: the revision this verdict trusts on first use (to be recorded in status).
+    trusts: Revision | None = None
+
+    @property
+    def condition(self) -> tuple[str, str, str]:
+        return (self.status, self.reason.value, self.message)
+
+
+def observed_revision(observation: Observation, ignore: Sequence[str]) -> Revision:
+    """The observed interface digested under the resource's ignore rules.
+
+    A report is digested without ignore rules (the sidecar does not know them); with its
+    definitions the operator digests it again under the rules. Without definitions the
+    digests are compared as reported. Raises InterfaceError for unusable definitions."""
+    assert observation.digest is not None
+    if observation.definitions is not None:
+        return Revision.of(Interface.from_document(observation.definitions), ignore)
+    return Revision(observation.digest)
+
+
+def judge(observation: Observation, policy: Policy, *, was_verified: bool = False) -> Verdict:
+    """Judge one observation. ``was_verified``: the pod matched an approved revision before, so a
+    mismatch now is a change of a running server (InterfaceChanged), not a new unapproved one."""
+    if observation.failure_reason is not None:
+        reason = Reason(observation.failure_reason.value)
+        return _enforce(policy, reason, observation.failure_message or reason.value)
+    try:
+        revision = observed_revision(observation, policy.ignore)
+    except InterfaceError as error:
+        return _enforce(policy, Reason.INTERFACE_INVALID, str(error))
+    approved = policy.effective_approved
+    for candidate in approved:
+        if candidate.digest.formula == revision.digest.formula and candidate.aggregate == revision.aggregate:
+            how = "trusted on first use" if candidate is policy.trusted else "approved"
+            return Verdict("True", Reason.VERIFIED,
+                           f"interface {short_digest(revision.aggregate)} is {how}",
+                           PodState.VERIFIED, revision, candidate.aggregate)
+    if not approved and policy.approval is Approval.FIRST_SEEN:
+        return Verdict("True", Reason.VERIFIED,
+                       f"interface {short_digest(revision.aggregate)} is trusted on first use",
+                       PodState.VERIFIED, revision, revision.aggregate, trusts=revision)
+    if not approved:
+        return _enforce(policy, Reason.NOT_APPROVED,
+                        f"interface {short_digest(revision.aggregate)} is not approved: no approved revision",
+                        revision)
+    closest, findings = _drift(approved, revision, policy.ignore)
+    reason = Reason.INTERFACE_CHANGED if was_verified else Reason.NOT_APPROVED
+    lead = "changed" if was_verified else "is not approved"
+    message = (f"interface {short_digest(revision.aggregate)} {lead} against "
+               f"{short_digest(closest.aggregate)}: {_describe(findings)}")
+    return _enforce(policy, reason, message, revision, closest.aggregate, findings)
+
+
+def judge_stale(policy: Policy, age_seconds: float) -> Verdict:
+    return _enforce(policy, Reason.REPORT_STALE,
+                    f"no report for {int(age_seconds)}s (staleAfter {int(policy.stale_after)}s)")
+
+
+def judge_conflict(resources: Sequence[str]) -> Verdict:
+    """Two or more resources select the pod: it is never verified, whatever their enforcement."""
+    names = ", ".join(sorted(resources))
+    return Verdict("False", Reason.CONFLICT, f"selected by more than one MCPServerInterface: {names}",
+                   PodState.CONFLICT)
+
+
+def _enforce(policy: Policy, reason: Reason, message: str, revision: Revision | None = None,
+             closest: str | None = None, findings: Sequence[dict[str, Any]] = ()) -> Verdict:
+    message = message[:MESSAGE_LIMIT]
+    if policy.enforcement is Enforcement.AUDIT:
+        return Verdict("True", Reason.AUDIT, f"audit only, would be {reason.value}: {message}"[:MESSAGE_LIMIT],
+                       PodState.AUDIT, revision, closest, tuple(findings))
+    return Verdict("False", reason, message, _STATE_OF_REASON[reason], revision, closest, tuple(findings))
+
+
+def _drift(approved: Sequence[Revision], observed: Revision,
+           ignore: Sequence[str]) -> tuple[Revision, list[dict[str, Any]]]:
+    closest = closest_revision(approved, observed)
+    try:
+        findings = diff_revisions(closest, observed, ignore)
+    except UncomparableRevisionsError:
+        findings = []
+    return closest, [finding.to_dict() for finding in findings]
+
+
+def _describe(findings: Sequence[Mapping[str, Any]]) -> str:
+    if not findings:
+        return "the digests differ"
+    parts = []
+    for finding in findings[:FINDINGS_IN_MESSAGE]:
+        fields = finding.get("fields") or []
+        detail = f" ({', '.join(str(name) for name in fields[:4])})" if fields else ""
+        parts.append(f"{finding.get('kind')} {finding.get('name')} {finding.get('change')}{detail} "
+                     f"[{finding.get('severity')}]")
+    more = len(findings) - FINDINGS_IN_MESSAGE
+    return "; ".join(parts) + (f"; and {more} more" if more > 0 else "")

@@ -1,0 +1,111 @@
+"""A small asyncio Kubernetes API client on aiohttp, for the calls the operator makes itself.
+
+kopf owns the watches; this client makes the writes (pods/status, the resource's status, Events)
+and the TokenReviews inside the operator's event loop, with the credentials kopf logged in with.
+Every PATCH is a JSON merge patch and says so in its Content-Type.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+import kopf
+
+__all__ = ["GROUP", "KubeApiError", "KubeClient", "MERGE_PATCH", "PLURAL", "VERSION"]
+
+GROUP = "lockstep.dev"
+VERSION = "v1alpha1"
+PLURAL = "mcpserverinterfaces"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+class KubeApiError(Exception):
+    """The API server answered with an error status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"Kubernetes API answered {status}: {message}")
+        self.status = status
+
+
+class KubeClient:
+    """Authenticated JSON requests to one API server."""
+
+    def __init__(self, info: kopf.ConnectionInfo) -> None:
+        self._server = info.server.rstrip("/")
+        headers = dict(info.as_http_headers())
+        headers.setdefault("User-Agent", "lockstep-operator")
+        self._session = aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=64, ssl=info.as_ssl_context()),
+            headers=headers,
+            timeout=aiohttp.ClientTimeout(total=30),
+        )
+
+    async def close(self) -> None:
+        await self._session.close()
+
+    async def request(self, method: str, path: str, body: Any = None, *,
+                      content_type: str = "application/json", params: Mapping[str, str] | None = None) -> Any:
+        data = json.dumps(body, separators=(",", ":")) if body is not None else None
+        headers = {"Content-Type": content_type} if data is not None else {}
+        async with self._session.request(method, self._server + path, data=data, headers=headers,
+                                         params=params) as response:
+            text = await response.text()
+            if response.status >= 400:
+                raise KubeApiError(response.status, _status_message(text))
+            return json.loads(text) if text else None
+
+    async def list(self, path: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        params: dict[str, str] = {"limit": "500"}
+        while True:
+            page = await self.request("GET", path, params=params)
+            items += page.get("items") or []
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+            params = {"limit": "500", "continue": token}
+
+    async def get(self, path: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self.request("GET", path)
+        return result
+
+    async def merge_patch(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = await self.request("PATCH", path, body, content_type=MERGE_PATCH)
+        return result
+
+    async def token_review(self, token: str, audiences: list[str]) -> dict[str, Any]:
+        review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+                  "spec": {"token": token, "audiences": audiences}}
+        result = await self.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews", review)
+        return dict((result or {}).get("status") or {})
+
+    async def create_event(self, namespace: str, event: Mapping[str, Any]) -> None:
+        await self.request("POST", f"/api/v1/namespaces/{namespace}/events", event)
+
+    # paths
+    @staticmethod
+    def pod_status_path(namespace: str, name: str) -> str:
+        return f"/api/v1/namespaces/{namespace}/pods/{name}/status"
+
+    @staticmethod
+    def resource_status_path(namespace: str, name: str) -> str:
+        return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
+
+    @staticmethod
+    def pods_path(namespace: str | None) -> str:
+        return f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+
+    @staticmethod
+    def resources_path(namespace: str | None) -> str:
+        base = f"/apis/{GROUP}/{VERSION}"
+        return f"{base}/namespaces/{namespace}/{PLURAL}" if namespace else f"{base}/{PLURAL}"
+
+
+def _status_message(text: str) -> str:
+    try:
+        return str(json.loads(text).get("message") or text)[:300]
+    except (ValueError, AttributeError):
+        return text[:300]

@@ -1,0 +1,82 @@
+"""The operator's Prometheus metrics (names and labels fixed in docs/architecture.md).
+
+Labels are bounded: namespace and resource names, states, reasons; never a pod, uid or digest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+from lockstep.operator.judge import PodState
+
+__all__ = ["Metrics", "REJECTION_REASONS"]
+
+REJECTION_REASONS = ("Unauthenticated", "UnknownPod", "UidMismatch", "NotSelected", "BadReport", "TooLarge",
+                     "RateLimited")
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class Metrics:
+    """One registry per operator instance (tests run several operators in one process)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.pods = Gauge("lockstep_pods", "Selected pods by verification state.",
+                          ["namespace", "interface", "state"], registry=self.registry)
+        self.drift_findings = Gauge("lockstep_drift_findings", "Drift findings against the closest approved "
+                                    "revision, over the pods' observed revisions.",
+                                    ["namespace", "interface", "component_kind", "change", "severity"],
+                                    registry=self.registry)
+        self.verifications = Counter("lockstep_verifications_total", "Verdicts reached, by condition reason.",
+                                     ["namespace", "interface", "result"], registry=self.registry)
+        self.report_duration = Histogram("lockstep_report_duration_seconds",
+                                         "Time from a report's arrival to its answer (condition written).",
+                                         ["outcome"], buckets=LATENCY_BUCKETS, registry=self.registry)
+        self.reports_rejected = Counter("lockstep_reports_rejected_total", "Reports refused, by reason.",
+                                        ["reason"], registry=self.registry)
+        self.last_verification = Gauge("lockstep_last_verification_timestamp_seconds",
+                                       "Unix time of the last verdict reached for a resource's pods.",
+                                       ["namespace", "interface"], registry=self.registry)
+        self.webhook_requests = Counter("lockstep_webhook_requests_total", "Admission requests handled.",
+                                        ["webhook", "outcome"], registry=self.registry)
+        self._finding_labels: dict[tuple[str, str], set[tuple[str, str, str]]] = {}
+
+    def set_pod_counts(self, namespace: str, interface: str, counts: Mapping[PodState, int]) -> None:
+        for state in PodState:
+            self.pods.labels(namespace, interface, state.value).set(counts.get(state, 0))
+
+    def set_findings(self, namespace: str, interface: str,
+                     counts: Mapping[tuple[str, str, str], int]) -> None:
+        """Set the drift gauge; label sets that are gone drop to zero by removal."""
+        key = (namespace, interface)
+        for stale in self._finding_labels.get(key, set()) - set(counts):
+            self.drift_findings.remove(namespace, interface, *stale)
+        for labels, count in counts.items():
+            self.drift_findings.labels(namespace, interface, *labels).set(count)
+        self._finding_labels[key] = set(counts)
+
+    def forget_resource(self, namespace: str, interface: str) -> None:
+        for state in PodState:
+            _remove(self.pods, namespace, interface, state.value)
+        self.set_findings(namespace, interface, {})
+        _remove(self.last_verification, namespace, interface)
+
+    async def serve(self, request: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    def initialise(self, reasons: Iterable[str] = REJECTION_REASONS) -> None:
+        """Export the rejection counters at zero so that rate() works from the first rejection."""
+        for reason in reasons:
+            self.reports_rejected.labels(reason)
+        for outcome in ("accepted", "rejected"):
+            self.report_duration.labels(outcome)
+
+
+def _remove(metric: Gauge, *labels: str) -> None:
+    try:
+        metric.remove(*labels)
+    except KeyError:
+        pass

@@ -1,0 +1,388 @@
+"""The reconciler: keeps pods' conditions and resources' status in line with the verdicts.
+
+It is fed by kopf's watch events (pods, MCPServerInterfaces), by accepted reports and by the
+stale timer. Everything it needs survives a restart in the cluster itself: at start it lists
+the resources and pods once and rebuilds the last verdicts from the pods' conditions and the
+resources' status, so that nothing flips.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from lockstep.core.digest import ComponentDigest, InterfaceDigest
+from lockstep.core.errors import LockstepError
+from lockstep.core.report import FailureReason, Observation
+from lockstep.core.revision import Revision
+from lockstep.operator.cache import ClusterCache, PodRecord, ResourceRecord
+from lockstep.operator.config import OperatorConfig
+from lockstep.operator.events import EventPoster, pod_ref, resource_ref
+from lockstep.operator.judge import (
+    CONDITION_TYPE,
+    PodState,
+    Policy,
+    Reason,
+    Verdict,
+    judge,
+    judge_conflict,
+    judge_stale,
+    short_digest,
+)
+from lockstep.operator.kube import KubeApiError, KubeClient
+from lockstep.operator.metrics import Metrics
+from lockstep.operator.status import PodTrack, ResourceMemory, build_status, finding_counts, now_iso
+
+__all__ = ["Reconciler"]
+
+logger = logging.getLogger(__name__)
+Key = tuple[str, str]
+WRITE_ATTEMPTS = 4
+_FAILURE_REASONS = {Reason.SERVER_UNREACHABLE: FailureReason.SERVER_UNREACHABLE,
+                    Reason.INTERFACE_INVALID: FailureReason.INTERFACE_INVALID}
+
+
+class Reconciler:
+    def __init__(self, config: OperatorConfig, client: KubeClient, metrics: Metrics, events: EventPoster,
+                 is_leader: Callable[[], bool] = lambda: True) -> None:
+        self.config = config
+        self.client = client
+        self.metrics = metrics
+        self.events = events
+        self.is_leader = is_leader
+        self.cache = ClusterCache()
+        self.tracks: dict[Key, PodTrack] = {}
+        self.memory: dict[Key, ResourceMemory] = {}
+        self.synced = asyncio.Event()
+        self._locks: dict[Key, asyncio.Lock] = {}
+        self._dirty: set[Key] = set()
+        self._written: dict[Key, dict[str, Any]] = {}
+        #: Times when a pod's condition was written, for the benchmark and the latency metric.
+        self.condition_writes = 0
+
+    # ------------------------------------------------------------------ start and restart
+    async def resync(self) -> None:
+        """List the resources and pods once, and rebuild the last verdicts from the cluster."""
+        namespaces: Iterable[str | None] = self.config.namespaces or [None]
+        for namespace in namespaces:
+            for body in await self.client.list(self.client.resources_path(namespace)):
+                self._put_resource(body)
+            for body in await self.client.list(self.client.pods_path(namespace)):
+                self.cache.put_pod(PodRecord.from_body(body))
+        for pod in self.cache.pods():
+            self._restore_track(pod)
+        self._dirty.update(record.key for record in self.cache.resources())
+        self.synced.set()
+        logger.info("Synced %d resources and %d pods; restored %d verdicts.",
+                    sum(1 for _ in self.cache.resources()), sum(1 for _ in self.cache.pods()), len(self.tracks))
+
+    def _restore_track(self, pod: PodRecord) -> None:
+        condition = pod.lockstep_condition
+        resources = self.cache.selecting(pod)
+        if condition is None or pod.key in self.tracks or len(resources) != 1:
+            return
+        try:
+            reason = Reason(condition.get("reason"))
+        except ValueError:
+            return
+        status = resources[0].status
+        entry = next((item for item in status.get("observed") or [] if pod.name in (item.get("pods") or [])), None)
+        observation, revision = _rebuild_observation(reason, condition, entry)
+        state = PodState.AUDIT if reason is Reason.AUDIT else _state_of(reason)
+        verdict = Verdict(str(condition.get("status")), reason, str(condition.get("message") or ""), state,
+                          revision, (entry or {}).get("closestApproved") or (revision.aggregate if revision else None),
+                          tuple((entry or {}).get("findings") or ()))
+        self.tracks[pod.key] = PodTrack(
+            uid=pod.uid, observation=observation, received_at=time.monotonic(), verdict=verdict,
+            was_verified=reason in (Reason.VERIFIED, Reason.INTERFACE_CHANGED),
+            stale=reason is Reason.REPORT_STALE)
+
+    # ------------------------------------------------------------------ watch events
+    async def on_resource(self, event_type: str, body: Mapping[str, Any]) -> None:
+        metadata = body.get("metadata") or {}
+        namespace, name = str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+        if event_type == "DELETED":
+            previous = self.cache.drop_resource(namespace, name)
+            self.memory.pop((namespace, name), None)
+            self._written.pop((namespace, name), None)
+            self.metrics.forget_resource(namespace, name)
+            if previous and self.synced.is_set():
+                await self._judge_all(self.cache.selected_pods(namespace, name, previous.policy.selector))
+            return
+        previous, record = self._put_resource(body)
+        self._dirty.add(record.key)
+        if not self.synced.is_set():
+            return
+        changed = previous is None or previous.policy.judging_key != record.policy.judging_key
+        moved = previous is not None and previous.policy.selector != record.policy.selector
+        if not (changed or moved):
+            return
+        pods = {pod.key: pod for pod in self.cache.selected_pods(namespace, name)}
+        if previous is not None and moved:
+            for pod in self.cache.selected_pods(namespace, name, previous.policy.selector):
+                pods.setdefault(pod.key, pod)
+        before = {key: self._verdict_reason(key) for key in pods}
+        await self._judge_all(pods.values())
+        restored = [key for key in pods if before[key] is not Reason.VERIFIED
+                    and self._verdict_reason(key) is Reason.VERIFIED]
+        if previous is not None and restored and record.policy.approved:
+            await self.events.post(resource_ref(namespace, name, record.policy.uid), "Normal", "Approved",
+                                   f"revision {short_digest(record.policy.approved[-1].aggregate)} approved: "
+                                   f"{len(restored)} pods verified again")
+
+    def _put_resource(self, body: Mapping[str, Any]) -> tuple[ResourceRecord | None, ResourceRecord]:
+        policy = Policy.from_resource(body)
+        key = (policy.namespace, policy.name)
+        status = dict(body.get("status") or {})
+        memory = self.memory.get(key)
+        if memory is None:
+            memory = self.memory[key] = _memory_from_status(status)
+        if memory.trusted is not None and policy.trusted is None:
+            # The status write that records the trust may not have come back through the watch yet.
+            policy = dataclasses.replace(policy, trusted=_trusted_revision(memory.trusted, policy.ignore))
+        record = ResourceRecord(policy, status)
+        return self.cache.put_resource(record), record
+
+    async def on_pod(self, event_type: str, body: Mapping[str, Any]) -> None:
+        record = PodRecord.from_body(body)
+        if event_type == "DELETED":
+            self.cache.drop_pod(record.namespace, record.name)
+            self.tracks.pop(record.key, None)
+            self._locks.pop(record.key, None)
+            self._dirty.update(resource.key for resource in self.cache.selecting(record))
+            return
+        previous = self.cache.put_pod(record)
+        track = self.tracks.get(record.key)
+        if track is not None and track.uid != record.uid:  # a new pod with the same name
+            del self.tracks[record.key]
+        if previous is None or not self.synced.is_set():
+            if self.synced.is_set():
+                self._restore_track(record)
+                self._dirty.update(resource.key for resource in self.cache.selecting(record))
+            return
+        if (previous.labels, previous.annotations) != (record.labels, record.annotations):
+            old = {resource.key for resource in self.cache.selecting(previous)}
+            self._dirty.update(old | {resource.key for resource in self.cache.selecting(record)})
+            await self._judge_pod(record.key)
+
+    # ------------------------------------------------------------------ reports and timers
+    async def accept(self, pod: PodRecord, observation: Observation) -> Verdict | None:
+        """Record an authenticated report for ``pod`` and judge it; None when nothing selects the pod."""
+        track = self.tracks.get(pod.key)
+        if track is None or track.uid != pod.uid:
+            track = self.tracks[pod.key] = PodTrack(uid=pod.uid)
+        track.observation = observation
+        track.received_at = time.monotonic()
+        track.stale = False
+        return await self._judge_pod(pod.key)
+
+    async def check_stale(self) -> None:
+        now = time.monotonic()
+        for key, track in list(self.tracks.items()):
+            if track.stale or track.observation is None:
+                continue
+            pod = self.cache.pod(*key)
+            resources = self.cache.selecting(pod) if pod else []
+            if len(resources) == 1 and now - track.received_at > resources[0].policy.stale_after:
+                track.stale = True
+                await self._judge_pod(key)
+
+    async def flush_status(self) -> None:
+        dirty, self._dirty = self._dirty, set()
+        for key in dirty:
+            record = self.cache.resource(*key)
+            if record is not None:
+                try:
+                    await self._write_status(record)
+                except (KubeApiError, OSError) as error:
+                    logger.warning("Cannot write the status of %s/%s: %s", *key, error)
+                    self._dirty.add(key)
+
+    def selecting(self, pod: PodRecord) -> list[ResourceRecord]:
+        return self.cache.selecting(pod)
+
+    # ------------------------------------------------------------------ judging
+    async def _judge_all(self, pods: Iterable[PodRecord]) -> None:
+        await asyncio.gather(*(self._judge_pod(pod.key) for pod in pods))
+
+    async def _judge_pod(self, key: Key) -> Verdict | None:
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            pod = self.cache.pod(*key)
+            track = self.tracks.get(key)
+            if pod is None or track is None:
+                return None
+            resources = self.cache.selecting(pod)
+            if not resources:
+                return None
+            if len(resources) > 1:
+                verdict = judge_conflict([record.policy.name for record in resources])
+            elif track.observation is None:
+                return track.verdict
+            elif track.stale:
+                verdict = judge_stale(resources[0].policy, time.monotonic() - track.received_at)
+            else:
+                verdict = judge(track.observation, resources[0].policy, was_verified=track.was_verified)
+                if verdict.trusts is not None:
+                    self._trust(resources[0], verdict.trusts, pod)
+            await self._apply(pod, track, verdict, resources)
+            return verdict
+
+    def _trust(self, record: ResourceRecord, revision: Revision, pod: PodRecord) -> None:
+        entry = revision.to_spec(with_definitions=_small(revision, self.config.status_definitions_limit))
+        entry.update({"trustedAt": now_iso(), "pod": pod.name})
+        self.memory.setdefault(record.key, ResourceMemory()).trusted = entry
+        record.policy = dataclasses.replace(record.policy, trusted=revision)
+        logger.info("%s/%s: trusting interface %s on first use (pod %s).", *record.key,
+                    short_digest(revision.aggregate), pod.name)
+
+    async def _apply(self, pod: PodRecord, track: PodTrack, verdict: Verdict,
+                     resources: list[ResourceRecord]) -> None:
+        previous = track.verdict
+        track.verdict = verdict
+        if verdict.reason is Reason.VERIFIED:
+            track.was_verified = True
+        stamp = now_iso()
+        for record in resources:
+            memory = self.memory.setdefault(record.key, ResourceMemory())
+            memory.last_verification = stamp
+            if verdict.revision is not None:
+                memory.first_seen.setdefault(verdict.revision.aggregate, stamp)
+            self.metrics.verifications.labels(record.policy.namespace, record.policy.name, verdict.reason.value).inc()
+            self.metrics.last_verification.labels(record.policy.namespace, record.policy.name).set(time.time())
+            self._dirty.add(record.key)
+        current = pod.lockstep_condition
+        if current is not None and (current.get("status"), current.get("reason"), current.get("message")) \
+                == verdict.condition:
+            return
+        await self._write_condition(pod.key, verdict)
+        if previous is None or (previous.status, previous.reason) != (verdict.status, verdict.reason):
+            await self._announce(pod, verdict, resources)
+
+    async def _announce(self, pod: PodRecord, verdict: Verdict, resources: list[ResourceRecord]) -> None:
+        kind = "Normal" if verdict.status == "True" and verdict.reason is Reason.VERIFIED else "Warning"
+        await self.events.post(pod_ref(pod.namespace, pod.name, pod.uid), kind, verdict.reason.value, verdict.message)
+        for record in resources:
+            await self.events.post(resource_ref(record.policy.namespace, record.policy.name, record.policy.uid),
+                                   kind, verdict.reason.value, f"pod {pod.name}: {verdict.message}")
+
+    async def _write_condition(self, key: Key, verdict: Verdict) -> None:
+        """Merge-patch pods/status with the full conditions list (a merge patch replaces lists), guarded
+        by the pod's resourceVersion so that a condition written meanwhile by the kubelet is not lost."""
+        for _ in range(WRITE_ATTEMPTS):
+            pod = self.cache.pod(*key)
+            if pod is None:
+                return
+            old = pod.lockstep_condition or {}
+            since = old.get("lastTransitionTime") if old.get("status") == verdict.status else None
+            condition = {"type": CONDITION_TYPE, "status": verdict.status, "reason": verdict.reason.value,
+                         "message": verdict.message, "lastProbeTime": None,
+                         "lastTransitionTime": since or now_iso()}
+            patch: dict[str, Any] = {"status": {"conditions": [*pod.other_conditions, condition]}}
+            if pod.resource_version:
+                patch["metadata"] = {"resourceVersion": pod.resource_version}
+            try:
+                body = await self.client.merge_patch(self.client.pod_status_path(*key), patch)
+            except KubeApiError as error:
+                if error.status == 404:
+                    self.cache.drop_pod(*key)
+                    return
+                if error.status != 409:
+                    raise
+                fresh = await self.client.get(f"/api/v1/namespaces/{key[0]}/pods/{key[1]}")
+                self.cache.put_pod(PodRecord.from_body(fresh))
+                continue
+            written = PodRecord.from_body(body) if body and body.get("metadata") else None
+            if written is not None and written.uid == pod.uid:
+                self.cache.put_pod(written)
+            else:
+                pod.conditions = [*pod.other_conditions, condition]
+            self.condition_writes += 1
+            return
+        raise KubeApiError(409, f"pod {key[0]}/{key[1]} kept changing; condition not written")
+
+    def _verdict_reason(self, key: Key) -> Reason | None:
+        track = self.tracks.get(key)
+        return track.verdict.reason if track and track.verdict else None
+
+    # ------------------------------------------------------------------ status
+    async def _write_status(self, record: ResourceRecord) -> None:
+        policy = record.policy
+        pods = [(pod, self.tracks.get(pod.key)) for pod in self.cache.selected_pods(*record.key)]
+        memory = self.memory.setdefault(record.key, ResourceMemory())
+        previous = self._written.get(record.key) or record.status
+        status = build_status(policy, pods, memory, previous, definitions_limit=self.config.status_definitions_limit)
+        counts = {PodState(state): status["pods"][state] for state in (s.value for s in PodState)}
+        self.metrics.set_pod_counts(policy.namespace, policy.name, counts)
+        self.metrics.set_findings(policy.namespace, policy.name, finding_counts(status))
+        if _same_status(status, previous):
+            self._written[record.key] = status
+            return
+        if record.status.get("phase") and record.status.get("phase") != status["phase"] and previous:
+            logger.info("%s/%s: phase %s -> %s", *record.key, record.status.get("phase"), status["phase"])
+        await self.client.merge_patch(self.client.resource_status_path(*record.key), {"status": status})
+        self._written[record.key] = status
+
+
+def _same_status(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
+    """Equal but for lastVerificationTime, which alone never causes a write (the metric
+    lockstep_last_verification_timestamp_seconds carries the live value)."""
+    return all(old.get(key) == value for key, value in new.items() if key != "lastVerificationTime")
+
+
+def _state_of(reason: Reason) -> PodState:
+    return {Reason.VERIFIED: PodState.VERIFIED, Reason.INTERFACE_CHANGED: PodState.DRIFTED,
+            Reason.NOT_APPROVED: PodState.DRIFTED, Reason.INTERFACE_INVALID: PodState.INVALID,
+            Reason.SERVER_UNREACHABLE: PodState.UNREACHABLE, Reason.REPORT_STALE: PodState.STALE,
+            Reason.CONFLICT: PodState.CONFLICT}.get(reason, PodState.AUDIT)
+
+
+def _rebuild_observation(reason: Reason, condition: Mapping[str, Any], entry: Mapping[str, Any] | None
+                         ) -> tuple[Observation | None, Revision | None]:
+    """The last observation, as far as the pod's condition and the resource's status tell it."""
+    observed_at = str(condition.get("lastTransitionTime") or now_iso())
+    if reason in _FAILURE_REASONS:
+        return Observation.of_failure(_FAILURE_REASONS[reason], str(condition.get("message") or ""),
+                                      observed_at), None
+    if entry is None:
+        return None, None
+    try:
+        digest = InterfaceDigest.from_components(
+            (ComponentDigest.from_dict(item) for item in entry.get("components") or []),
+            str(entry.get("formula") or ""))
+    except LockstepError:
+        return None, None
+    if digest.digest != entry.get("digest"):
+        return None, None
+    # The components are digested under the resource's ignore rules already: no definitions, so that
+    # judging compares them as they are.
+    return Observation(observed_at, digest, None), Revision(digest)
+
+
+def _memory_from_status(status: Mapping[str, Any]) -> ResourceMemory:
+    memory = ResourceMemory()
+    for entry in status.get("observed") or []:
+        if entry.get("digest") and entry.get("firstSeen"):
+            memory.first_seen[str(entry["digest"])] = str(entry["firstSeen"])
+    if isinstance(status.get("trusted"), Mapping):
+        memory.trusted = dict(status["trusted"])
+    if status.get("lastVerificationTime"):
+        memory.last_verification = str(status["lastVerificationTime"])
+    return memory
+
+
+def _trusted_revision(entry: Mapping[str, Any], ignore: Iterable[str]) -> Revision | None:
+    try:
+        return Revision.from_spec(entry, ignore=list(ignore))
+    except LockstepError:
+        return None
+
+
+def _small(revision: Revision, limit: int) -> bool:
+    import json
+
+    return revision.interface is not None and \
+        len(json.dumps(revision.interface.to_document(), separators=(",", ":"))) <= limit

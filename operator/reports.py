@@ -1,0 +1,233 @@
+"""The report endpoint: ``POST /v1/reports`` over HTTPS, in the operator's event loop.
+
+Who is calling is decided by a TokenReview of the bearer token (audience ``lockstep.dev``): the pod's
+namespace comes from the service account, its name and uid from the token's ``extra`` claims, never
+from the body. Checks run cheapest first, and the body is read only once the caller is known.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import ssl
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from lockstep.core.model import loads_strict
+from lockstep.core.errors import InterfaceError
+from lockstep.core.report import Observation
+from lockstep.operator.config import OperatorConfig
+from lockstep.operator.kube import KubeApiError, KubeClient
+from lockstep.operator.metrics import Metrics
+from lockstep.operator.reconciler import Reconciler
+
+__all__ = ["AUDIENCE", "Identity", "ReportRejected", "ReportServer", "TokenReviewer"]
+
+logger = logging.getLogger(__name__)
+
+AUDIENCE = "lockstep.dev"
+POD_NAME_CLAIM = "authentication.kubernetes.io/pod-name"
+POD_UID_CLAIM = "authentication.kubernetes.io/pod-uid"
+SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
+TOKEN_CACHE_SIZE = 50_000
+
+
+class ReportRejected(Exception):
+    """A report the endpoint refuses: an HTTP status and a reason from docs/architecture.md."""
+
+    def __init__(self, status: int, reason: str, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.status, self.reason, self.retry_after = status, reason, retry_after
+
+
+class NotServing(Exception):
+    """This replica does not serve reports now (not synced yet, or not the peering leader)."""
+
+
+@dataclass(frozen=True)
+class Identity:
+    namespace: str
+    pod_name: str
+    pod_uid: str
+
+
+class TokenReviewer:
+    """Reviews bearer tokens; a reviewed token is trusted for a short while (a bounded cache)."""
+
+    def __init__(self, client: KubeClient, ttl: float) -> None:
+        self._client = client
+        self._ttl = ttl
+        self._cache: OrderedDict[str, tuple[float, Identity]] = OrderedDict()
+
+    async def identify(self, token: str) -> Identity:
+        key = hashlib.sha256(token.encode()).hexdigest()
+        cached = self._cache.get(key)
+        if cached and cached[0] > time.monotonic():
+            return cached[1]
+        try:
+            status = await self._client.token_review(token, [AUDIENCE])
+        except (KubeApiError, OSError) as error:
+            logger.warning("TokenReview failed: %s", error)
+            raise ReportRejected(401, "Unauthenticated", "the token could not be reviewed") from None
+        identity = _identity(status)
+        self._cache[key] = (time.monotonic() + self._ttl, identity)
+        if len(self._cache) > TOKEN_CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return identity
+
+
+def _identity(status: dict[str, Any]) -> Identity:
+    if not status.get("authenticated"):
+        raise ReportRejected(401, "Unauthenticated", "the token is not valid")
+    audiences = status.get("audiences")
+    if audiences is not None and AUDIENCE not in audiences:
+        raise ReportRejected(401, "Unauthenticated", f"the token is not meant for {AUDIENCE}")
+    user = status.get("user") or {}
+    username = str(user.get("username") or "")
+    extra = user.get("extra") or {}
+    names, uids = extra.get(POD_NAME_CLAIM) or [], extra.get(POD_UID_CLAIM) or []
+    if not username.startswith(SERVICE_ACCOUNT_PREFIX) or not names or not uids:
+        raise ReportRejected(401, "Unauthenticated", "the token is not bound to a pod")
+    namespace = username[len(SERVICE_ACCOUNT_PREFIX):].split(":", 1)[0]
+    return Identity(namespace, str(names[0]), str(uids[0]))
+
+
+class RateLimiter:
+    """A token bucket per pod uid."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self._rate, self._burst = rate, float(burst)
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def admit(self, key: str) -> float:
+        """0 when admitted, else the seconds to wait."""
+        now = time.monotonic()
+        tokens, last = self._buckets.get(key, (self._burst, now))
+        tokens = min(self._burst, tokens + (now - last) * self._rate)
+        if tokens >= 1.0:
+            self._buckets[key] = (tokens - 1.0, now)
+            return 0.0
+        self._buckets[key] = (tokens, now)
+        return (1.0 - tokens) / self._rate if self._rate > 0 else 60.0
+
+    def forget(self, key: str) -> None:
+        self._buckets.pop(key, None)
+
+
+class ReportServer:
+    def __init__(self, config: OperatorConfig, reconciler: Reconciler, reviewer: TokenReviewer,
+                 metrics: Metrics) -> None:
+        self.config = config
+        self.reconciler = reconciler
+        self.reviewer = reviewer
+        self.metrics = metrics
+        self.limiter = RateLimiter(config.rate_per_pod, config.rate_burst)
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.body_limit)
+        app.router.add_post("/v1/reports", self.handle_report)
+        app.router.add_get("/readyz", self.handle_ready)
+        app.router.add_get("/healthz", self.handle_health)
+        return app
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.report_host, self.config.report_port,
+                           ssl_context=self._ssl_context())
+        await site.start()
+        server = getattr(site, "_server", None)
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else self.config.report_port
+        logger.info("Report endpoint listening on port %s.", self.port)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        if not self.config.tls_enabled:
+            logger.warning("No TLS files configured: the report endpoint serves plain HTTP (tests only).")
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(str(self.config.tls_cert_path), str(self.config.tls_key_path))
+        return context
+
+    def serving(self) -> bool:
+        return self.reconciler.synced.is_set() and self.reconciler.is_leader()
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def handle_ready(self, request: web.Request) -> web.Response:
+        if self.serving():
+            return web.json_response({"status": "ready"})
+        return web.json_response({"status": "not serving (syncing, or another replica leads)"}, status=503)
+
+    async def handle_report(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        outcome = "rejected"
+        try:
+            if not self.serving():
+                raise NotServing()
+            verdict = await self._judge(request)
+            outcome = "accepted"
+            return web.json_response({"verdict": verdict}, status=202)
+        except NotServing:
+            return web.json_response({"reason": "NotServing", "message": "this replica does not serve reports now"},
+                                     status=503, headers={"Retry-After": "1"})
+        except ReportRejected as rejection:
+            self.metrics.reports_rejected.labels(rejection.reason).inc()
+            headers = {"Retry-After": str(max(1, round(rejection.retry_after)))} if rejection.retry_after else None
+            return web.json_response({"reason": rejection.reason, "message": str(rejection)},
+                                     status=rejection.status, headers=headers)
+        finally:
+            self.metrics.report_duration.labels(outcome).observe(time.perf_counter() - started)
+
+    async def _judge(self, request: web.Request) -> dict[str, str]:
+        length = request.content_length
+        if length is not None and length > self.config.body_limit:
+            raise ReportRejected(413, "TooLarge", f"the report is larger than {self.config.body_limit} bytes")
+        identity = await self.reviewer.identify(_bearer(request))
+        wait = self.limiter.admit(identity.pod_uid)
+        if wait:
+            raise ReportRejected(429, "RateLimited", "too many reports from this pod", retry_after=wait)
+        pod = self.reconciler.cache.pod(identity.namespace, identity.pod_name)
+        if pod is None or pod.deleting:
+            raise ReportRejected(404, "UnknownPod", f"pod {identity.namespace}/{identity.pod_name} does not exist")
+        if pod.uid != identity.pod_uid:
+            raise ReportRejected(403, "UidMismatch", f"pod {identity.pod_name} has another uid than the token's")
+        if not self.reconciler.selecting(pod):
+            raise ReportRejected(403, "NotSelected", f"no MCPServerInterface selects pod {identity.pod_name}")
+        observation = await _read_observation(request, self.config.body_limit)
+        verdict = await self.reconciler.accept(pod, observation)
+        if verdict is None:
+            raise ReportRejected(403, "NotSelected", f"no MCPServerInterface selects pod {identity.pod_name}")
+        return {"status": verdict.status, "reason": verdict.reason.value, "message": verdict.message}
+
+
+def _bearer(request: web.Request) -> str:
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise ReportRejected(401, "Unauthenticated", "a bearer token is required")
+    return token.strip()
+
+
+async def _read_observation(request: web.Request, limit: int) -> Observation:
+    try:
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        raise ReportRejected(413, "TooLarge", f"the report is larger than {limit} bytes") from None
+    try:
+        return Observation.from_dict(loads_strict(raw))
+    except (ValueError, json.JSONDecodeError) as error:
+        raise ReportRejected(400, "BadReport", f"the body is not JSON: {error}"[:300]) from None
+    except InterfaceError as error:  # ReportError, or a NaN in the JSON
+        raise ReportRejected(400, "BadReport", str(error)[:300]) from None

@@ -1,0 +1,175 @@
+"""The MCPServerInterface status: built from the pods' verdicts, written only when it changes.
+
+Shape (documented for users and for ``lockstep diff``/``approve`` in docs/operator.md)::
+
+    status:
+      observedGeneration: 3
+      phase: Verified | Drifted | Pending | Degraded
+      podsReady: "2/3"
+      approvedDigest: sha256:0123456789ab
+      lastVerificationTime: 2026-11-22T02:00:00Z
+      pods: {total, ready, verified, drifted, pending, stale, unreachable, invalid, conflict, audit}
+      trusted: {digest, formula, components, definitions?, trustedAt, pod}      # approval FirstSeen
+      observed:
+        - {digest, formula, approved, pods: [...], podCount, firstSeen, closestApproved,
+           findings: [{kind, name, change, fields, severity, reasons}], components: [...],
+           definitions: {...}}       # definitions only when not approved and small enough
+      conditions: [Ready, Reconciling, Stalled]   # Flux/Argo CD style, with observedGeneration
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from lockstep.core.report import Observation
+from lockstep.core.revision import Revision
+from lockstep.operator.cache import PodRecord
+from lockstep.operator.judge import PodState, Policy, Verdict, short_digest
+
+__all__ = ["PodTrack", "ResourceMemory", "build_status", "now_iso"]
+
+OBSERVED_LIMIT = 20
+PODS_LISTED = 100
+READY_STATES = (PodState.VERIFIED, PodState.AUDIT)
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class PodTrack:
+    """What the operator remembers about one pod between reports."""
+
+    uid: str
+    observation: Observation | None = None
+    received_at: float = 0.0  # monotonic seconds
+    verdict: Verdict | None = None
+    was_verified: bool = False
+    stale: bool = False
+
+
+@dataclass
+class ResourceMemory:
+    """Per resource: when each observed revision was first seen, and the trusted-on-first-use record."""
+
+    first_seen: dict[str, str] = field(default_factory=dict)
+    trusted: dict[str, Any] | None = None
+    last_verification: str | None = None
+
+
+def build_status(policy: Policy, pods: Sequence[tuple[PodRecord, PodTrack | None]], memory: ResourceMemory,
+                 previous: Mapping[str, Any], *, definitions_limit: int) -> dict[str, Any]:
+    counts = Counter(_state(track) for _, track in pods)
+    ready = sum(counts[state] for state in READY_STATES)
+    phase = _phase(policy, counts, len(pods))
+    status: dict[str, Any] = {
+        "observedGeneration": policy.generation,
+        "phase": phase,
+        "podsReady": f"{ready}/{len(pods)}",
+        "approvedDigest": _approved_digest(policy, memory),
+        "pods": {"total": len(pods), "ready": ready, **{state.value: counts[state] for state in PodState}},
+        "observed": _observed(pods, memory, definitions_limit),
+        "conditions": _conditions(policy, phase, counts, len(pods), previous),
+    }
+    if memory.last_verification:
+        status["lastVerificationTime"] = memory.last_verification
+    if memory.trusted:
+        status["trusted"] = memory.trusted
+    return status
+
+
+def finding_counts(status: Mapping[str, Any]) -> dict[tuple[str, str, str], int]:
+    """Drift findings by (component kind, change, severity) over the observed revisions."""
+    counts: Counter[tuple[str, str, str]] = Counter()
+    for entry in status.get("observed") or []:
+        for finding in entry.get("findings") or []:
+            counts[(str(finding.get("kind")), str(finding.get("change")), str(finding.get("severity")))] += 1
+    return dict(counts)
+
+
+def _state(track: PodTrack | None) -> PodState:
+    return track.verdict.state if track and track.verdict else PodState.PENDING
+
+
+def _phase(policy: Policy, counts: Counter[PodState], total: int) -> str:
+    if counts[PodState.DRIFTED] or counts[PodState.AUDIT]:
+        return "Drifted"
+    if policy.problems or any(counts[state] for state in (PodState.STALE, PodState.UNREACHABLE,
+                                                          PodState.INVALID, PodState.CONFLICT)):
+        return "Degraded"
+    if total == 0 or counts[PodState.PENDING]:
+        return "Pending"
+    return "Verified"
+
+
+def _approved_digest(policy: Policy, memory: ResourceMemory) -> str:
+    if policy.approved:
+        return short_digest(policy.approved[-1].aggregate)
+    if memory.trusted:
+        return short_digest(str(memory.trusted.get("digest", "")))
+    return ""
+
+
+def _observed(pods: Sequence[tuple[PodRecord, PodTrack | None]], memory: ResourceMemory,
+              definitions_limit: int) -> list[dict[str, Any]]:
+    groups: dict[str, list[tuple[PodRecord, Verdict]]] = {}
+    for pod, track in pods:
+        if track and track.verdict and track.verdict.revision is not None:
+            groups.setdefault(track.verdict.revision.aggregate, []).append((pod, track.verdict))
+    entries = []
+    for digest, members in sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))[:OBSERVED_LIMIT]:
+        verdict = members[0][1]
+        assert verdict.revision is not None
+        approved = verdict.closest == digest
+        entry: dict[str, Any] = {
+            "digest": digest,
+            "formula": verdict.revision.digest.formula,
+            "approved": approved,
+            "pods": sorted(pod.name for pod, _ in members)[:PODS_LISTED],
+            "podCount": len(members),
+            "firstSeen": memory.first_seen.setdefault(digest, now_iso()),
+            "components": [component.to_dict() for component in verdict.revision.digest.components],
+        }
+        if not approved:
+            entry["closestApproved"] = verdict.closest
+            entry["findings"] = list(verdict.findings)
+            definitions = _small_definitions(verdict.revision, definitions_limit)
+            if definitions is not None:
+                entry["definitions"] = definitions
+        entries.append(entry)
+    return entries
+
+
+def _small_definitions(revision: Revision, limit: int) -> dict[str, Any] | None:
+    if revision.interface is None:
+        return None
+    document = revision.interface.to_document()
+    return document if len(json.dumps(document, separators=(",", ":"))) <= limit else None
+
+
+def _conditions(policy: Policy, phase: str, counts: Counter[PodState], total: int,
+                previous: Mapping[str, Any]) -> list[dict[str, Any]]:
+    ready = sum(counts[state] for state in READY_STATES)
+    pending = counts[PodState.PENDING]
+    wanted = [
+        ("Ready", "True" if phase == "Verified" else "False",
+         "Verified" if phase == "Verified" else phase, f"{ready}/{total} pods verified"),
+        ("Reconciling", "True" if pending else "False", "AwaitingReports" if pending else "Reconciled",
+         f"{pending} pods have not reported yet" if pending else "every selected pod has reported"),
+        ("Stalled", "True" if policy.problems else "False", "InvalidSpec" if policy.problems else "SpecValid",
+         "; ".join(policy.problems)[:1024] if policy.problems else "the spec is usable"),
+    ]
+    before = {condition.get("type"): condition for condition in previous.get("conditions") or []}
+    conditions = []
+    for type_, value, reason, message in wanted:
+        old = before.get(type_) or {}
+        since = old.get("lastTransitionTime") if old.get("status") == value else None
+        conditions.append({"type": type_, "status": value, "reason": reason, "message": message,
+                           "observedGeneration": policy.generation, "lastTransitionTime": since or now_iso()})
+    return conditions
