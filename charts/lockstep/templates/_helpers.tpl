@@ -1,0 +1,263 @@
+{{/*
+Names. Kubernetes names are cut to 63 characters; helpers that add a suffix leave room for it.
+*/}}
+
+{{- define "lockstep.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "lockstep.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "lockstep.namespace" -}}
+{{- .Release.Namespace }}
+{{- end }}
+
+{{- define "lockstep.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The operator's Deployment, Services and ServiceAccount share this stem. */}}
+{{- define "lockstep.operator.fullname" -}}
+{{- printf "%s-operator" (include "lockstep.fullname" . | trunc 54 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "lockstep.webhook.serviceName" -}}
+{{- printf "%s-webhook" (include "lockstep.fullname" . | trunc 55 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "lockstep.reports.serviceName" -}}
+{{- printf "%s-reports" (include "lockstep.fullname" . | trunc 55 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "lockstep.metrics.serviceName" -}}
+{{- printf "%s-metrics" (include "lockstep.fullname" . | trunc 55 | trimSuffix "-") }}
+{{- end }}
+
+{{/* Secret holding tls.crt, tls.key and ca.crt of the operator's serving certificate. */}}
+{{- define "lockstep.tls.secretName" -}}
+{{- printf "%s-tls" (include "lockstep.fullname" . | trunc 59 | trimSuffix "-") }}
+{{- end }}
+
+{{- define "lockstep.peering.name" -}}
+{{- default (include "lockstep.fullname" .) .Values.operator.peering.name }}
+{{- end }}
+
+{{- define "lockstep.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "lockstep.operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+Labels.
+*/}}
+{{- define "lockstep.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "lockstep.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "lockstep.labels" -}}
+helm.sh/chart: {{ include "lockstep.chart" . }}
+app.kubernetes.io/name: {{ include "lockstep.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: lockstep
+{{- end }}
+
+{{/*
+Images. A digest, when given, wins over the tag.
+*/}}
+{{- define "lockstep.image" -}}
+{{- $tag := default .Chart.AppVersion .Values.image.tag }}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository $tag }}
+{{- end }}
+{{- end }}
+
+{{/* The sidecar image defaults to the operator's image: one image serves both. */}}
+{{- define "lockstep.sidecar.image" -}}
+{{- if .Values.sidecar.image.repository }}
+{{- $tag := default .Chart.AppVersion .Values.sidecar.image.tag }}
+{{- if .Values.sidecar.image.digest }}
+{{- printf "%s@%s" .Values.sidecar.image.repository .Values.sidecar.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.sidecar.image.repository $tag }}
+{{- end }}
+{{- else }}
+{{- include "lockstep.image" . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Service DNS names that the serving certificate must cover.
+*/}}
+{{- define "lockstep.tls.dnsNames" -}}
+{{- $ns := include "lockstep.namespace" . }}
+{{- range $svc := list (include "lockstep.webhook.serviceName" .) (include "lockstep.reports.serviceName" .) }}
+- {{ $svc }}
+- {{ $svc }}.{{ $ns }}
+- {{ $svc }}.{{ $ns }}.svc
+- {{ $svc }}.{{ $ns }}.svc.cluster.local
+{{- end }}
+{{- end }}
+
+{{/* Base URL the sidecars use to reach the report endpoint. */}}
+{{- define "lockstep.reports.url" -}}
+{{- printf "https://%s.%s.svc:%d" (include "lockstep.reports.serviceName" .) (include "lockstep.namespace" .) 8443 }}
+{{- end }}
+
+{{/* Namespaces the pod webhook never touches: its own (no deadlock) and the control plane's. */}}
+{{- define "lockstep.webhook.excludedNamespaces" -}}
+{{- $excluded := list (include "lockstep.namespace" .) "kube-system" }}
+{{- concat $excluded .Values.webhook.excludeNamespaces | uniq | toJson }}
+{{- end }}
+
+{{/*
+Render-time checks of contradictory values.
+*/}}
+{{- define "lockstep.checks" -}}
+{{- if and .Values.tls.certManager.enabled .Values.tls.certManager.issuerRef.name (not .Values.tls.certManager.issuerRef.kind) }}
+{{- fail "tls.certManager.issuerRef.kind is required when tls.certManager.issuerRef.name is set" }}
+{{- end }}
+{{- if and (gt (int .Values.operator.replicaCount) 1) (not .Values.operator.peering.enabled) }}
+{{- fail "operator.replicaCount > 1 needs operator.peering.enabled: without peering every replica would handle every resource" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Helm-generated TLS material as JSON {ca, crt, key}, base64-encoded PEM. The CA and serving certificate
+are made once, at first install, and reused on every upgrade by looking up the existing Secret, so the
+webhook caBundle and the CA the sidecars trust stay valid across upgrades. Within one render the
+material is cached in .Values so the Secret, the webhook configurations and the checksum agree.
+`helm template` cannot look up and so shows a fresh pair each time.
+*/}}
+{{- define "lockstep.tls.material" -}}
+{{- if not (hasKey .Values "_lockstepTlsCache") }}
+{{- $secretName := include "lockstep.tls.secretName" . }}
+{{- $existing := lookup "v1" "Secret" (include "lockstep.namespace" .) $secretName }}
+{{- $data := dict }}
+{{- if $existing }}
+{{- $data = default (dict) $existing.data }}
+{{- end }}
+{{- if and (hasKey $data "ca.crt") (hasKey $data "tls.crt") (hasKey $data "tls.key") }}
+{{- $_ := set .Values "_lockstepTlsCache" (dict "ca" (index $data "ca.crt") "crt" (index $data "tls.crt") "key" (index $data "tls.key")) }}
+{{- else }}
+{{- $days := int .Values.tls.validityDays }}
+{{- $caPair := genCA (printf "%s-ca" (include "lockstep.fullname" .)) $days }}
+{{- $cn := printf "%s.%s.svc" (include "lockstep.webhook.serviceName" .) (include "lockstep.namespace" .) }}
+{{- $dnsNames := include "lockstep.tls.dnsNames" . | fromYamlArray }}
+{{- $cert := genSignedCert $cn nil $dnsNames $days $caPair }}
+{{- $_ := set .Values "_lockstepTlsCache" (dict "ca" ($caPair.Cert | b64enc) "crt" ($cert.Cert | b64enc) "key" ($cert.Key | b64enc)) }}
+{{- end }}
+{{- end }}
+{{- index .Values "_lockstepTlsCache" | toJson }}
+{{- end }}
+
+{{/* caBundle for the webhook configurations when Helm generates the TLS material. */}}
+{{- define "lockstep.tls.caBundle" -}}
+{{- (include "lockstep.tls.material" . | fromJson).ca }}
+{{- end }}
+
+{{/*
+Pieces shared by the webhook configurations.
+*/}}
+{{- define "lockstep.webhook.annotations" -}}
+{{- if .Values.tls.certManager.enabled }}
+annotations:
+  cert-manager.io/inject-ca-from: {{ include "lockstep.namespace" . }}/{{ include "lockstep.tls.secretName" . }}
+{{- end }}
+{{- end }}
+{{- define "lockstep.webhook.clientConfig" -}}
+clientConfig:
+  service:
+    name: {{ include "lockstep.webhook.serviceName" .root }}
+    namespace: {{ include "lockstep.namespace" .root }}
+    path: {{ .path }}
+    port: 443
+  {{- if not .root.Values.tls.certManager.enabled }}
+  caBundle: {{ include "lockstep.tls.caBundle" .root }}
+  {{- end }}
+{{- end }}
+{{- define "lockstep.webhook.podRules" -}}
+rules:
+  - apiGroups: [""]
+    apiVersions: ["v1"]
+    operations: ["CREATE"]
+    resources: ["pods"]
+    scope: Namespaced
+{{- end }}
+
+{{/*
+Rules for the namespaced API calls of the operator. Keep in step with the operator's code:
+tests/chart/test_rbac.py derives the same list from operator/*.py.
+*/}}
+{{- define "lockstep.rbac.namespacedRules" -}}
+# Watch MCPServerInterfaces; kopf patches the object for its progress annotations and finalizer.
+- apiGroups: ["lockstep.dev"]
+  resources: ["mcpserverinterfaces"]
+  verbs: ["get", "list", "watch", "patch"]
+# Write the observed state and conditions.
+- apiGroups: ["lockstep.dev"]
+  resources: ["mcpserverinterfaces/status"]
+  verbs: ["patch"]
+# Find the pods an MCPServerInterface selects and the pod a report comes from.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch"]
+# Set the readiness condition lockstep.dev/interface-verified.
+- apiGroups: [""]
+  resources: ["pods/status"]
+  verbs: ["patch"]
+# Record drift and verification as Events.
+- apiGroups: ["", "events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
+
+{{/*
+Command line of `lockstep operator`. Options are passed as flags, not environment variables, so a flag
+the operator does not know fails at start instead of being ignored. tests/chart/test_operator_args.py
+parses these arguments with the operator's own click command.
+*/}}
+{{- define "lockstep.operator.args" -}}
+- operator
+- --log-level={{ .Values.logLevel }}
+{{- range .Values.operator.watchNamespaces }}
+- --namespace={{ . }}
+{{- end }}
+- --tls-cert=/etc/lockstep/tls/tls.crt
+- --tls-key=/etc/lockstep/tls/tls.key
+- --operator-ca=/etc/lockstep/tls/ca.crt
+- --report-url={{ include "lockstep.reports.url" . }}
+- --own-namespace={{ include "lockstep.namespace" . }}
+- --sidecar-image={{ include "lockstep.sidecar.image" . }}
+- --sidecar-resources={{ .Values.sidecar.resources | toJson }}
+{{- if .Values.operator.peering.enabled }}
+- --peering={{ include "lockstep.peering.name" . }}
+{{- end }}
+{{- end }}
+
+{{/* Environment of the operator container. POD_ID names the replica in kopf peering. */}}
+{{- define "lockstep.operator.env" -}}
+- name: POD_ID
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.name
+{{- end }}

@@ -1,0 +1,58 @@
+"""The chart lints clean and every object it renders is valid, with defaults and with every toggle on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from helm_python.chart import lint
+
+from lockstep_testing.chart_render import ALL_ON, CHART_DIR, NAMESPACE, NAMESPACED, find, one
+from lockstep_testing.k8s_schemas import KUBERNETES_VERSIONS, SchemaViolation, crd_schemas, validate_object
+
+CRDS = crd_schemas(sorted((CHART_DIR / "crds").glob("*.yaml")))
+SCENARIOS: dict[str, dict[str, Any]] = {"defaults": {}, "all-on": ALL_ON, "namespaced": NAMESPACED}
+
+
+@pytest.mark.parametrize("values", SCENARIOS.values(), ids=SCENARIOS.keys())
+def test_lint_reports_no_warning_or_error(values: dict[str, Any]) -> None:
+    report = lint(CHART_DIR, values, strict=True, namespace=NAMESPACE, kube_version="v1.29.0")
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert not problems and not report["errors"], problems or report["errors"]
+
+
+@pytest.mark.parametrize("kubernetes_version", KUBERNETES_VERSIONS)
+@pytest.mark.parametrize("values", SCENARIOS.values(), ids=SCENARIOS.keys())
+def test_every_rendered_object_matches_its_schema(render, values: dict[str, Any], kubernetes_version: str) -> None:
+    used = {validate_object(obj, CRDS, kubernetes_version) for obj in render(values)}
+    assert "kubernetes" in used
+
+
+def test_all_toggles_render_their_objects(render) -> None:
+    objects = render(ALL_ON)
+    kinds = {o["kind"] for o in objects}
+    assert {"ServiceMonitor", "PrometheusRule", "Certificate", "Issuer", "ConfigMap", "PodDisruptionBudget",
+            "ClusterKopfPeering"} <= kinds
+    assert not find(objects, "Secret"), "with cert-manager the chart must not write the TLS Secret itself"
+    validated = {validate_object(obj, CRDS) for obj in objects}
+    assert validated == {"kubernetes", "crd", "vendored"}
+
+
+def test_defaults_create_no_optional_monitoring_objects(render) -> None:
+    kinds = {o["kind"] for o in render()}
+    assert not kinds & {"ServiceMonitor", "PrometheusRule", "Certificate", "Issuer"}
+    assert "ConfigMap" not in kinds
+
+
+def test_a_misspelt_field_fails_validation(render) -> None:
+    service = one(render(), "Service", "demo-lockstep-webhook")
+    service["spec"]["portz"] = service["spec"].pop("ports")
+    with pytest.raises(SchemaViolation, match="portz"):
+        validate_object(service, CRDS)
+
+
+def test_a_misspelt_custom_resource_field_fails_validation(render) -> None:
+    monitor = one(render(ALL_ON), "ServiceMonitor")
+    monitor["spec"]["endpoints"][0]["intervall"] = "30s"
+    with pytest.raises(SchemaViolation, match="intervall"):
+        validate_object(monitor, CRDS)

@@ -1,0 +1,57 @@
+"""Helm chart rendering for tests: the real Helm engine (helm-python-sdk binds Helm v4's Go library)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = ["ALL_ON", "CHART_DIR", "NAMESPACE", "NAMESPACED", "RELEASE", "REPO", "Manifest", "documents", "find",
+           "one"]
+
+REPO = Path(__file__).resolve().parents[2]
+CHART_DIR = REPO / "charts" / "lockstep"
+RELEASE = "demo"
+NAMESPACE = "lockstep-system"
+
+#: Every toggle of the chart switched on (cert-manager with its own bootstrap CA).
+ALL_ON: dict[str, Any] = {
+    "metrics": {"enabled": True, "serviceMonitor": {"enabled": True},
+                "prometheusRule": {"enabled": True, "additionalLabels": {"team": "platform"}}},
+    "dashboard": {"enabled": True, "annotations": {"grafana_folder": "Lockstep"}},
+    "tls": {"certManager": {"enabled": True}},
+    "operator": {"podDisruptionBudget": {"enabled": True}, "priorityClassName": "system-cluster-critical",
+                 "extraEnv": [{"name": "EXTRA", "value": "1"}], "podAnnotations": {"a": "b"}},
+    "serviceAccount": {"annotations": {"example.com/role": "lockstep"}},
+    "imagePullSecrets": [{"name": "registry"}],
+    "image": {"digest": "sha256:" + "a" * 64},
+}
+
+#: The operator restricted to two namespaces, with an existing cert-manager ClusterIssuer.
+NAMESPACED: dict[str, Any] = {
+    "operator": {"watchNamespaces": ["agents", "tools"]},
+    "tls": {"certManager": {"enabled": True, "issuerRef": {"name": "corp-ca", "kind": "ClusterIssuer"}}},
+}
+
+Manifest = dict[str, Any]
+
+
+def documents(rendered: dict[str, str]) -> list[Manifest]:
+    """Every Kubernetes object of a render, NOTES.txt left out."""
+    objects: list[Manifest] = []
+    for path, text in sorted(rendered.items()):
+        if path.endswith(".txt"):
+            continue
+        objects += [doc for doc in yaml.safe_load_all(text) if doc]
+    return objects
+
+
+def find(objects: list[Manifest], kind: str, name: str | None = None) -> list[Manifest]:
+    return [o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)]
+
+
+def one(objects: list[Manifest], kind: str, name: str | None = None) -> Manifest:
+    matches = find(objects, kind, name)
+    assert len(matches) == 1, f"expected one {kind} {name or ''}, found {len(matches)}"
+    return matches[0]
