@@ -1,0 +1,82 @@
+"""The sidecar process: the probe loop, the reporter and the health server, together."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2
+from lockstep.sidecar.health import HealthServer
+from lockstep.sidecar.metrics import SidecarMetrics
+from lockstep.sidecar.prober import Prober
+from lockstep.sidecar.reporter import Delivery, Reporter
+from lockstep.sidecar.settings import SidecarSettings
+
+from lockstep import reader
+
+__all__ = ["RunningSidecar", "run_sidecar", "running_sidecar"]
+
+logger = logging.getLogger("lockstep.sidecar")
+
+REPORT_TIMEOUT = 10.0
+
+
+@dataclass
+class RunningSidecar:
+    prober: Prober
+    reporter: Reporter
+    health: HealthServer
+    metrics: SidecarMetrics
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+    def healthy(self) -> bool:
+        return bool(self.tasks) and not any(task.done() for task in self.tasks)
+
+
+@contextlib.asynccontextmanager
+async def running_sidecar(settings: SidecarSettings, *, host: str = "0.0.0.0",
+                          on_delivered: Callable[[Delivery], None] | None = None,
+                          connect: Callable[..., Any] = reader.connect,
+                          max_report_backoff: float = 30.0) -> AsyncIterator[RunningSidecar]:
+    """Run a sidecar in the current event loop until the block exits."""
+    metrics = SidecarMetrics()
+    timeout = httpx2.Timeout(REPORT_TIMEOUT)
+    async with httpx2.AsyncClient(verify=settings.ssl_context(), timeout=timeout, trust_env=False) as client:
+        reporter = Reporter(settings.report_url, settings.token_path, client, metrics,
+                            max_backoff=max_report_backoff, on_delivered=on_delivered)
+        prober = Prober(settings, reporter.submit, metrics, connect=connect)
+        sidecar = RunningSidecar(prober, reporter, None, metrics)  # type: ignore[arg-type]
+        sidecar.health = HealthServer(metrics.registry, sidecar.healthy, host=host, port=settings.port)
+        await sidecar.health.start()
+        sidecar.tasks = [asyncio.create_task(reporter.run(), name="lockstep-reporter"),
+                         asyncio.create_task(prober.run(), name="lockstep-prober")]
+        try:
+            yield sidecar
+        finally:
+            for task in sidecar.tasks:
+                task.cancel()
+            await asyncio.gather(*sidecar.tasks, return_exceptions=True)
+            await sidecar.health.stop()
+
+
+async def run_sidecar(settings: SidecarSettings, stop: asyncio.Event) -> None:
+    """Run until ``stop`` is set (SIGTERM)."""
+    logger.info("Lockstep sidecar: probing %s (%s) every %gs, reporting to %s",
+                settings.mcp_url, settings.transport, settings.interval, settings.report_url)
+    async with running_sidecar(settings):
+        await stop.wait()
+
+
+async def idle(port: int, stop: asyncio.Event) -> None:
+    """Serve /healthz and /metrics only: the settings are unusable, so nothing is probed or reported."""
+    metrics = SidecarMetrics()
+    health = HealthServer(metrics.registry, lambda: True, port=port)
+    await health.start()
+    try:
+        await stop.wait()
+    finally:
+        await health.stop()

@@ -1,0 +1,49 @@
+"""``lockstep sidecar``: the command the injected container runs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+
+import click
+from lockstep.sidecar.app import idle, run_sidecar
+from lockstep.sidecar.settings import SettingsError, SidecarSettings
+
+__all__ = ["sidecar_command"]
+
+logger = logging.getLogger("lockstep.sidecar")
+
+
+@click.command("sidecar")
+@click.option("--log-level", default="INFO", show_default=True,
+              type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
+def sidecar_command(log_level: str) -> None:
+    """Measure the MCP server in this pod and report to the Lockstep operator.
+
+    Settings come from the LOCKSTEP_* environment that the webhook injects
+    (see docs/sidecar.md). Runs until SIGTERM; never exits on its own.
+    """
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(_main())
+
+
+async def _main() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        settings = SidecarSettings.from_env(os.environ)
+    except SettingsError as error:
+        # Exiting would only restart-loop the container; the pod stays unverified either way (fail closed).
+        logger.error("Unusable settings, nothing will be probed: %s", error)
+        await idle(_port_or_default(), stop)
+        return
+    await run_sidecar(settings, stop)
+
+
+def _port_or_default() -> int:
+    raw = os.environ.get("LOCKSTEP_SIDECAR_PORT", "")
+    return int(raw) if raw.isdigit() else 9090

@@ -1,0 +1,150 @@
+"""The probe loop: measure the MCP server at start, on a timer and on every list_changed.
+
+One MCP session stays open so that ``notifications/*/list_changed`` reach the
+sidecar; each probe re-reads every list on that session (no new handshake, so
+a rug pull announced by the server is measured within milliseconds). When the
+session drops, the sidecar reconnects at once and probes again; while the
+server cannot be reached it retries with capped backoff.
+
+Failures are observations too: an unreachable server or an invalid interface
+is reported, so the operator marks the pod not verified instead of seeing
+silence. Before the server has answered once, failures are kept quiet for a
+grace period (one probe interval) while the application starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from lockstep.sidecar.metrics import SidecarMetrics
+from lockstep.sidecar.settings import SidecarSettings
+
+from lockstep import reader
+from lockstep.core import InterfaceError
+from lockstep.core.report import FailureReason, Observation
+
+__all__ = ["Prober"]
+
+logger = logging.getLogger("lockstep.sidecar")
+
+UNREACHABLE_ERRORS = (reader.ServerUnreachableError, reader.ReadTimeoutError)
+MIN_RETRY = 0.1
+MAX_RETRY = 5.0
+
+
+class Prober:
+    def __init__(self, settings: SidecarSettings, submit: Callable[[Observation], None],
+                 metrics: SidecarMetrics, *, connect: Callable[..., Any] = reader.connect) -> None:
+        self._settings, self._submit, self._metrics, self._connect = settings, submit, metrics, connect
+        self._list_changed = asyncio.Event()
+        self._started = time.monotonic()
+        self._ever_connected = False
+        self._last_failure: tuple[FailureReason, float] | None = None
+        self.last_observation: Observation | None = None
+
+    async def run(self) -> None:
+        """Probe until cancelled; never raises."""
+        retry = MIN_RETRY
+        while True:
+            try:
+                await self._session()
+                retry = MIN_RETRY  # the session dropped after it had opened: reconnect at once
+                continue
+            except reader.ReaderError as error:
+                self._failed(_failure_reason(error), str(error), scheduled=False)
+            except InterfaceError as error:  # defensive: the reader raises these from read() only
+                self._failed(FailureReason.INTERFACE_INVALID, str(error), scheduled=False)
+            except Exception:  # never let the sidecar die: log and try again
+                logger.exception("Unexpected error in the probe loop")
+            await asyncio.sleep(retry)
+            retry = min(retry * 2, MAX_RETRY, self._settings.interval)
+
+    async def _session(self) -> None:
+        settings = self._settings
+        async with self._connect(settings.mcp_url, transport=settings.transport, headers=settings.mcp_headers(),
+                                 timeout=settings.timeout, on_list_changed=self._on_list_changed) as live:
+            if not self._ever_connected:
+                logger.info("Connected to the MCP server at %s", settings.mcp_url)
+            self._ever_connected = True
+            trigger = "connect"
+            while True:
+                self._list_changed.clear()
+                await self._probe(live, trigger)
+                trigger = await self._wait(live)
+                if trigger == "dropped":
+                    logger.info("The MCP session dropped; reconnecting")
+                    return
+
+    async def _probe(self, live: Any, trigger: str) -> None:
+        started = time.monotonic()
+        try:
+            result = await live.read()
+        except UNREACHABLE_ERRORS:
+            raise  # the session is gone: reconnect, and report if that fails too
+        except (reader.ReaderError, InterfaceError) as error:
+            self._metrics.probe_duration.observe(time.monotonic() - started)
+            self._failed(FailureReason.INTERFACE_INVALID, str(error), scheduled=True)
+            return
+        self._metrics.probe_duration.observe(time.monotonic() - started)
+        self._metrics.probes.labels("ok").inc()
+        self._metrics.last_success.set(time.time())
+        observation = Observation.of_interface(result.interface, _now())
+        if observation.digest is not None:
+            self._metrics.observe_interface(observation.digest)
+        self._last_failure = None
+        self._report(observation)
+        logger.info("Probe (%s): %s", trigger, observation.digest.digest if observation.digest else "?")
+
+    async def _wait(self, live: Any) -> str:
+        """Wait for the next probe; returns what woke us: ``timer``, ``list_changed`` or ``dropped``."""
+        interval = self._settings.interval
+        delay = interval * random.uniform(0.8, 1.0)  # jitter: pods started together drift apart
+        changed = asyncio.ensure_future(self._list_changed.wait())
+        dropped = asyncio.ensure_future(live.wait_dropped())
+        try:
+            done, _ = await asyncio.wait({changed, dropped}, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (changed, dropped):
+                task.cancel()
+        if dropped in done:
+            return "dropped"
+        return "list_changed" if changed in done else "timer"
+
+    def _on_list_changed(self, kind: str) -> None:
+        self._metrics.list_changed.inc()
+        logger.info("notifications/%s/list_changed received", kind)
+        self._list_changed.set()
+
+    def _failed(self, reason: FailureReason, message: str, *, scheduled: bool) -> None:
+        """Count a failed probe; report it if the operator should know now."""
+        self._metrics.probes.labels("unreachable" if reason is FailureReason.SERVER_UNREACHABLE else "invalid").inc()
+        now = time.monotonic()
+        if not self._ever_connected and now - self._started < self._settings.interval:
+            logger.info("Waiting for the MCP server: %s", message)
+            return
+        repeated = self._last_failure is not None and self._last_failure[0] is reason
+        if not scheduled and repeated and now - self._last_failure[1] < self._settings.interval:  # type: ignore[index]
+            return  # retries between probes report a failure once per interval, not every few seconds
+        logger.warning("Probe failed (%s): %s", reason.value, message)
+        self._last_failure = (reason, now)
+        self._report(Observation.of_failure(reason, message, _now()))
+
+    def _report(self, observation: Observation) -> None:
+        self.last_observation = observation
+        self._submit(observation)
+
+
+def _failure_reason(error: reader.ReaderError) -> FailureReason:
+    if isinstance(error, UNREACHABLE_ERRORS):
+        return FailureReason.SERVER_UNREACHABLE
+    return FailureReason.INTERFACE_INVALID
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

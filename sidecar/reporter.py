@@ -1,0 +1,142 @@
+"""Delivery of observations to the operator's report endpoint (``POST /v1/reports``).
+
+The reporter keeps one slot: the newest observation not yet delivered. A probe
+never waits for the operator; when the operator is down the reporter retries
+with capped exponential backoff (with jitter), and an observation made in the
+meantime replaces the one waiting, so the operator always gets the latest.
+The projected token is read from its file before every attempt: the kubelet
+rotates it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx2
+from lockstep.sidecar.metrics import SidecarMetrics
+
+from lockstep.core.report import Observation
+
+__all__ = ["Delivery", "Reporter"]
+
+logger = logging.getLogger("lockstep.sidecar")
+
+RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """The operator's answer to one delivered observation."""
+
+    observation: Observation
+    status: int
+    verdict: dict[str, Any] | None
+
+
+class TokenUnavailableError(OSError):
+    """The projected token file is missing or empty."""
+
+
+class Reporter:
+    def __init__(self, url: str, token_path: Path, client: httpx2.AsyncClient, metrics: SidecarMetrics, *,
+                 min_backoff: float = 0.5, max_backoff: float = 30.0,
+                 on_delivered: Callable[[Delivery], None] | None = None) -> None:
+        self._url, self._token_path, self._client, self._metrics = url, token_path, client, metrics
+        self._min_backoff, self._max_backoff = min_backoff, max_backoff
+        self._on_delivered = on_delivered
+        self._pending: Observation | None = None
+        self._wake = asyncio.Event()
+        self.last_delivery: Delivery | None = None
+
+    def submit(self, observation: Observation) -> None:
+        """Queue ``observation`` for delivery, replacing one that has not been sent yet."""
+        self._pending = observation
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Deliver observations until cancelled; never raises."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            observation, self._pending = self._pending, None
+            if observation is None:
+                continue
+            try:
+                await self._deliver(observation)
+            except Exception:  # never let the reporter die: the next observation gets a new try
+                logger.exception("Unexpected error while reporting")
+
+    async def _deliver(self, observation: Observation) -> None:
+        backoff = self._min_backoff
+        while True:
+            retry_after = await self._attempt(observation)
+            if retry_after is None:
+                return
+            delay = max(retry_after, backoff * random.uniform(0.5, 1.0))
+            backoff = min(backoff * 2, self._max_backoff)
+            try:  # a newer observation cuts the wait short and is sent instead
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            except TimeoutError:
+                continue
+            self._wake.clear()
+            if self._pending is not None:
+                observation, self._pending = self._pending, None
+
+    async def _attempt(self, observation: Observation) -> float | None:
+        """Send once; None when done (accepted or refused for good), else the seconds to wait."""
+        try:
+            response = await self._client.post(
+                self._url, json=observation.to_dict(), headers={"Authorization": f"Bearer {self._read_token()}"})
+        except (httpx2.HTTPError, OSError) as error:
+            self._metrics.reports.labels("failed").inc()
+            logger.warning("Report not delivered, will retry: %s", _one_line(error))
+            return 0.0
+        if response.status_code in RETRIED_STATUSES:
+            self._metrics.reports.labels("failed").inc()
+            logger.warning("Operator answered %s, will retry", response.status_code)
+            return _retry_after(response)
+        accepted = 200 <= response.status_code < 300
+        self._metrics.reports.labels("accepted" if accepted else "rejected").inc()
+        verdict = _verdict(response) if accepted else None
+        if not accepted:
+            logger.error("Operator refused the report: %s %s", response.status_code, _one_line(response.text))
+        self.last_delivery = Delivery(observation, response.status_code, verdict)
+        if self._on_delivered is not None:
+            self._on_delivered(self.last_delivery)
+        return None
+
+    def _read_token(self) -> str:
+        try:
+            token = self._token_path.read_text().strip()
+        except OSError as error:
+            raise TokenUnavailableError(f"cannot read the token {self._token_path}: {error.strerror}") from None
+        if not token:
+            raise TokenUnavailableError(f"the token file {self._token_path} is empty")
+        return token
+
+
+def _retry_after(response: httpx2.Response) -> float:
+    try:
+        return min(float(response.headers.get("Retry-After", "0")), 300.0)
+    except ValueError:
+        return 0.0
+
+
+def _verdict(response: httpx2.Response) -> dict[str, Any] | None:
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    verdict = body.get("verdict") if isinstance(body, dict) else None
+    return verdict if isinstance(verdict, dict) else None
+
+
+def _one_line(value: object, limit: int = 200) -> str:
+    text = " ".join(str(value).split())
+    return text[:limit] or type(value).__name__
