@@ -474,7 +474,7 @@ def schema_widenings(old: Any, new: Any, pointer: str = "") -> list[str]:
     old, new = _as_schema(old), _as_schema(new)
     where = pointer or "/"
     if old is False:
-        return [f"{where} accepted nothing and now accepts values"]
+        return [f"{where} was false (refused every value) and now accepts values"]
     if new is True:
         return [f"{where} now accepts anything"]
     if old is True or new is False:
