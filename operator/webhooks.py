@@ -17,7 +17,7 @@ warning say so.
 
 from __future__ import annotations
 
-import asyncio
+import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -26,6 +26,8 @@ from typing import Any, Protocol
 
 import jsonpatch
 import kopf
+from kopf._cogs.clients import api as kopf_api  # the operator's own credentials; no second client
+from lockstep.operator.events import build_event
 from lockstep.operator.injection import (
     INJECT_LABEL,
     INTERFACE_ANNOTATION,
@@ -36,7 +38,7 @@ from lockstep.operator.injection import (
     selector_matches,
 )
 
-__all__ = ["InterfaceLookup", "KubernetesInterfaceLookup", "Resolution", "register_webhooks", "resolve_binding"]
+__all__ = ["InterfaceLookup", "KopfApiLookup", "Resolution", "register_webhooks", "resolve_binding"]
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +46,7 @@ WEBHOOK_ID = "mutate-pods"  # kopf serves it at /mutate-pods
 ALWAYS_EXCLUDED_NAMESPACES = frozenset({"kube-system"})
 GROUP, VERSION, PLURAL = "lockstep.dev", "v1alpha1", "mcpserverinterfaces"
 
-EventPoster = Callable[[Mapping[str, Any], str, str], None]
+EventPoster = Callable[[Mapping[str, str], str, str], Awaitable[None] | None]
 
 
 class InterfaceLookup(Protocol):
@@ -53,35 +55,32 @@ class InterfaceLookup(Protocol):
     def __call__(self, namespace: str) -> Awaitable[Sequence[Mapping[str, Any]]]: ...
 
 
-class KubernetesInterfaceLookup:
-    """Lists MCPServerInterfaces through the Kubernetes API (in-cluster or kubeconfig credentials)."""
-
-    def __init__(self, configuration: Any = None) -> None:
-        self._configuration = configuration
+class KopfApiLookup:
+    """Lists MCPServerInterfaces with the running operator's own credentials (kopf's login and vault)."""
 
     async def __call__(self, namespace: str) -> Sequence[Mapping[str, Any]]:
-        return await asyncio.to_thread(self._list, namespace)
-
-    def _list(self, namespace: str) -> Sequence[Mapping[str, Any]]:
-        import kubernetes
-
-        if self._configuration is None:
-            self._configuration = _load_kubernetes_configuration()
-        with kubernetes.client.ApiClient(self._configuration) as api:
-            found: Any = kubernetes.client.CustomObjectsApi(api).list_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL)
+        found = await kopf_api.get(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}",
+                                   settings=_api_settings(), logger=logger)
         return list(found.get("items") or [])
 
 
-def _load_kubernetes_configuration() -> Any:
-    import kubernetes
-
-    configuration = kubernetes.client.Configuration()
+async def post_kopf_api_event(ref: Mapping[str, str], reason: str, message: str) -> None:
+    """Post a Warning Event with the operator's credentials; a failure is logged, never raised."""
     try:
-        kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    except kubernetes.config.ConfigException:
-        kubernetes.config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    return configuration
+        await kopf_api.post(f"/api/v1/namespaces/{ref['namespace']}/events",
+                            payload=build_event(ref, "Warning", reason, message),
+                            settings=_api_settings(), logger=logger)
+    except Exception as error:  # noqa: BLE001 - an Event is not worth failing an admission
+        logger.warning("Cannot post Event %s about %s/%s: %s", reason, ref.get("namespace"), ref.get("name"), error)
+
+
+def _api_settings() -> kopf.OperatorSettings:
+    """Short timeouts and one retry: the API server waits for the webhook only a few seconds."""
+    settings = kopf.OperatorSettings()
+    settings.networking.request_timeout = 4.0
+    settings.networking.connect_timeout = 2.0
+    settings.networking.error_backoffs = [0.5]
+    return settings
 
 
 @dataclass(frozen=True)
@@ -138,31 +137,26 @@ def sidecar_settings(config: Any) -> SidecarSettings:
     )
 
 
-def post_kopf_event(target: Mapping[str, Any], reason: str, message: str) -> None:
-    """Post a Warning Event through kopf's event queue (only inside a running operator)."""
-    try:
-        kopf.warn(kopf.Body(dict(target)), reason=reason, message=message)
-    except LookupError:  # no operator context (a bare test or a tool): the log line must do
-        logger.warning("%s: %s", reason, message)
-
-
-def event_target(pod: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+def event_target(pod: Mapping[str, Any], namespace: str) -> dict[str, str]:
     """What an Event about a pod in admission refers to: its controller, since the pod has no name or uid yet."""
     metadata = pod.get("metadata") or {}
     for owner in metadata.get("ownerReferences") or []:
         if owner.get("controller"):
-            return {"apiVersion": owner.get("apiVersion"), "kind": owner.get("kind"),
-                    "metadata": {"name": owner.get("name"), "uid": owner.get("uid"), "namespace": namespace}}
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": metadata.get("name") or metadata.get("generateName", ""), "namespace": namespace}}
+            return {"apiVersion": str(owner.get("apiVersion", "")), "kind": str(owner.get("kind", "")),
+                    "namespace": namespace, "name": str(owner.get("name", "")), "uid": str(owner.get("uid", ""))}
+    return {"apiVersion": "v1", "kind": "Pod", "namespace": namespace,
+            "name": str(metadata.get("name") or metadata.get("generateName", "")), "uid": ""}
 
 
 def register_webhooks(registry: kopf.OperatorRegistry, config: Any, *,
                       lookup: InterfaceLookup | None = None,
-                      post_event: EventPoster = post_kopf_event) -> None:
-    """Register the pod-mutating webhook (``/mutate-pods``) on ``registry``."""
-    find_interfaces: InterfaceLookup = lookup or KubernetesInterfaceLookup(
-        getattr(config, "kubernetes_configuration", None))
+                      post_event: EventPoster = post_kopf_api_event) -> None:
+    """Register the pod-mutating webhook (``/mutate-pods``) on ``registry``.
+
+    ``lookup`` lists a namespace's MCPServerInterfaces and ``post_event`` posts a Warning
+    Event; both default to API calls with the running operator's kopf credentials.
+    """
+    find_interfaces: InterfaceLookup = lookup or KopfApiLookup()
     excluded = ALWAYS_EXCLUDED_NAMESPACES | {str(getattr(config, "own_namespace", "") or "")} - {""}
 
     @kopf.on.mutate("v1", "pods", id=WEBHOOK_ID, operations=["CREATE"], registry=registry)
@@ -188,7 +182,9 @@ def register_webhooks(registry: kopf.OperatorRegistry, config: Any, *,
                 message += "; it stays out of Services until an MCPServerInterface selects it"
             warnings.append(message)
             if not dryrun:
-                post_event(event_target(pod, namespace), resolution.reason, message)
+                posted = post_event(event_target(pod, namespace), resolution.reason, message)
+                if inspect.isawaitable(posted):
+                    await posted
 
 
 def _plan(pod: Mapping[str, Any], settings: SidecarSettings, resolution: Resolution,

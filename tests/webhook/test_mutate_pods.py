@@ -185,7 +185,7 @@ async def test_pod_selected_by_no_interface_is_held_out_and_an_event_says_so(
     assert admitted.pod == injected(pod, sidecar)
     [(target, reason, message)] = events
     assert reason == "InterfaceNotFound"
-    assert target["kind"] == "ReplicaSet" and target["metadata"]["name"] == "weather-7d9f"
+    assert (target["kind"], target["name"], target["namespace"]) == ("ReplicaSet", "weather-7d9f", NAMESPACE)
     assert "no MCPServerInterface selects it" in message
     assert admitted.response["response"]["warnings"] == [message]
 
