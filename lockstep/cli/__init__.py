@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from lockstep import __version__
+from lockstep.cli.approve import approve_command
 from lockstep.cli.commands import EXIT_ERROR, diff_command, hash_command, snapshot_command, verify_command
 from lockstep.cli.targets import UsageError
 from lockstep.core import LockstepError
@@ -70,7 +71,7 @@ def cli() -> None:
     """
 
 
-for _command in (hash_command, snapshot_command, verify_command, diff_command):
+for _command in (hash_command, snapshot_command, verify_command, diff_command, approve_command):
     cli.add_command(_command)
 
 

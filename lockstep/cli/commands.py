@@ -13,6 +13,7 @@ import click
 from lockstep.core import InterfaceDigest, LockstepError
 from lockstep.core.manifest import build_manifest
 from lockstep.core.revision import Revision
+from lockstep.cli.cluster import ClusterTarget, cluster_options, diff_resource
 from lockstep.cli.output import dump_json, dump_yaml
 from lockstep.cli.targets import LoadedTarget, UsageError, is_url, load_pinned_file, load_target, parse_headers
 
@@ -225,13 +226,16 @@ def _revisions_of(target: str, headers: Sequence[str], timeout: float, transport
 
 @click.command("diff")
 @click.argument("old")
-@click.argument("new")
+@click.argument("new", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the findings as JSON.")
 @click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True)
 @target_options
-def diff_command(old: str, new: str, as_json: bool, color: str, headers: Sequence[str], timeout: float,
-                 transport: str | None, ignore: Sequence[str]) -> None:
-    """Show the drift from OLD to NEW (each a URL, a snapshot or a manifest).
+@cluster_options
+def diff_command(old: str, new: str | None, as_json: bool, color: str, headers: Sequence[str], timeout: float,
+                 transport: str | None, ignore: Sequence[str], namespace: str | None, context: str | None,
+                 kubeconfig: str | None) -> None:
+    """Show the drift from OLD to NEW (each a URL, a snapshot or a manifest),
+    or, given one RESOURCE, the drift its pods serve in the cluster.
 
     A manifest with several approved revisions is compared through the
     revision closest to the other side. Exit 0 when they are the same, 1 when
@@ -241,9 +245,14 @@ def diff_command(old: str, new: str, as_json: bool, color: str, headers: Sequenc
     Examples:
       # what changed between the pinned interface and the staging server
       lockstep diff weather.yaml http://staging-weather:8080/mcp
+      # what the pods of MCPServerInterface weather serve that is not approved
+      lockstep diff weather -n agents
     """
     from lockstep.core.diff import closest_revision, diff_revisions, render_json, render_text
 
+    if new is None:
+        target = ClusterTarget(kubeconfig, context, namespace)
+        sys.exit(diff_resource(old, target, as_json=as_json, color=_color(color)))
     old_revisions = _revisions_of(old, headers, timeout, transport, ignore)
     new_revisions = _revisions_of(new, headers, timeout, transport, ignore)
     new_revision = closest_revision(new_revisions, old_revisions[-1]) if len(new_revisions) > 1 else new_revisions[0]

@@ -1,0 +1,333 @@
+"""``lockstep approve RESOURCE``: approve an observed interface revision.
+
+The revision's definitions come from the resource's status in the cluster and
+are digested again before anything is written: a status that does not digest
+to the revision being approved is refused. Three outputs:
+
+* default: the updated manifest on stdout, ready to commit;
+* ``-f FILE``: the manifest in a Git work tree, rewritten in place with its
+  comments, key order and indentation kept (ruamel.yaml round trip);
+* ``--apply``: a merge patch of ``spec.approved`` on the cluster, for users
+  without GitOps.
+
+``--dry-run`` shows what ``-f`` or ``--apply`` would write without writing it.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from lockstep.cli.cluster import Cluster, ClusterTarget, cluster_options, drift_of, parse_resource
+from lockstep.cli.output import dump_json, dump_yaml, has_hidden_characters
+from lockstep.cli.targets import UsageError
+from lockstep.core import Interface
+from lockstep.core.approval import (
+    ApprovalResult,
+    ObservedRevision,
+    approve,
+    observed_revisions,
+    prune_unserved,
+    select_revision,
+    verified_interface,
+)
+from lockstep.core.diff import max_severity
+from lockstep.core.manifest import KIND
+
+__all__ = ["approve_command"]
+
+#: Metadata that belongs to the cluster's copy, not to a manifest in Git.
+SERVER_METADATA = ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields",
+                   "selfLink", "deletionTimestamp", "deletionGracePeriodSeconds", "finalizers", "ownerReferences")
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+
+
+@click.command("approve")
+@click.argument("resource")
+@click.option("--revision", "digest", metavar="DIGEST",
+              help="Observed revision to approve (a digest or its prefix; default: the only unapproved one).")
+@click.option("--replace", is_flag=True, help="Make it the only approved revision (drop the others).")
+@click.option("--prune", is_flag=True, help="Also drop approved revisions that no selected pod serves any more.")
+@click.option("-f", "--filename", "filename", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Rewrite this manifest in place (comments and key order are kept).")
+@click.option("--apply", "apply_", is_flag=True, help="Patch spec.approved in the cluster directly.")
+@click.option("--dry-run", is_flag=True, help="With -f or --apply: print what would be written, write nothing.")
+@click.option("--digests-only", is_flag=True, help="Leave the definitions out of the approved entry.")
+@click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
+              help="Format of the printed manifest (without -f and --apply).")
+@cluster_options
+def approve_command(resource: str, digest: str | None, replace: bool, prune: bool, filename: str | None,
+                    apply_: bool, dry_run: bool, digests_only: bool, output: str, namespace: str | None,
+                    context: str | None, kubeconfig: str | None) -> None:
+    """Approve a revision that the pods of RESOURCE serve.
+
+    The definitions are read from the resource's status and digested again;
+    they must match the revision approved. Review first with
+    `lockstep diff RESOURCE`.
+
+    \b
+    Examples:
+      # rewrite the manifest in Git, then open a pull request
+      lockstep approve weather -n agents -f deploy/weather/interface.yaml
+      # after a rolling update: approve the new revision and drop the old one
+      lockstep approve weather -n agents -f deploy/weather/interface.yaml --prune
+      # no GitOps: patch the cluster
+      lockstep approve weather -n agents --apply
+    """
+    if filename and apply_:
+        raise UsageError("use either -f FILE (Git) or --apply (cluster), not both")
+    if dry_run and not (filename or apply_):
+        raise UsageError("--dry-run goes with -f FILE or --apply; without them nothing is written anyway")
+    name = parse_resource(resource)
+    with Cluster(ClusterTarget(kubeconfig, context, namespace)) as cluster:
+        live = cluster.get_interface(name)
+        plan = _plan(live, digest, prune)
+        if filename:
+            _rewrite_file(Path(filename), live, plan, replace=replace, prune=prune, digests_only=digests_only,
+                          dry_run=dry_run)
+        elif apply_:
+            _apply(cluster, name, live, plan, replace=replace, prune=prune, digests_only=digests_only,
+                   dry_run=dry_run)
+        else:
+            manifest = manifest_from_cluster(live)
+            result = _edit(manifest, plan, replace=replace, prune=prune, digests_only=digests_only)
+            click.echo(dump_yaml(manifest) if output == "yaml" else dump_json(manifest), nl=False)
+            _report(result, "the manifest above", dry_run=False)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to approve (verified definitions), and which digests the pods serve."""
+
+    observed: ObservedRevision | None
+    interface: Interface | None
+    served: tuple[str, ...]
+
+
+def _plan(live: Mapping[str, Any], digest: str | None, prune: bool) -> Plan:
+    observed = observed_revisions(live)
+    served = tuple(entry.digest for entry in observed)
+    if prune and not digest and all(entry.approved for entry in observed):
+        return Plan(None, None, served)
+    chosen = select_revision(observed, digest)
+    ignore = list((live.get("spec") or {}).get("ignore") or [])
+    interface = verified_interface(chosen, ignore)
+    _describe_choice(live, chosen)
+    return Plan(chosen, interface, served)
+
+
+def _describe_choice(live: Mapping[str, Any], chosen: ObservedRevision) -> None:
+    """Tell the approver, on stderr, what they are approving."""
+    drift = next((item for item in drift_of(live) if item.observed.digest == chosen.digest), None)
+    pods = f"{chosen.pod_count} pod(s)"
+    if chosen.approved or drift is None:
+        click.echo(f"approving {chosen.digest}, served by {pods}, already approved in the cluster", err=True)
+        return
+    worst = max_severity(drift.findings)
+    click.echo(f"approving {chosen.digest}, served by {pods}: {len(drift.findings)} finding(s) against "
+               f"{drift.closest or 'nothing approved'}" + (f", worst {worst.value}" if worst else "")
+               + " (review them with lockstep diff)", err=True)
+
+
+def _edit(manifest: Any, plan: Plan, *, replace: bool, prune: bool, digests_only: bool,
+          style: Any = None) -> ApprovalResult:
+    result = ApprovalResult(None, added=False)
+    if plan.interface is not None:
+        result = approve(manifest, plan.interface, replace=replace, with_definitions=not digests_only,
+                         style=style)
+    if prune:
+        pruned = prune_unserved(manifest, (*plan.served, *([result.digest] if result.digest else [])))
+        result = ApprovalResult(result.digest, result.added, (*result.removed, *pruned.removed))
+    return result
+
+
+def _report(result: ApprovalResult, where: str, *, dry_run: bool) -> None:
+    would = "would be " if dry_run else ""
+    if result.digest and not result.added:
+        click.echo(f"{result.digest} is already approved in {where}", err=True)
+    elif result.digest:
+        click.echo(f"{result.digest} {would}approved in {where}", err=True)
+    for removed in result.removed:
+        click.echo(f"{removed} {would}no longer approved in {where}", err=True)
+    if not result.changed:
+        click.echo(f"nothing to change in {where}", err=True)
+
+
+def manifest_from_cluster(live: Mapping[str, Any]) -> dict[str, Any]:
+    """The resource as a manifest for Git: no status, no server-owned metadata."""
+    metadata = copy.deepcopy(dict(live.get("metadata") or {}))
+    for key in SERVER_METADATA:
+        metadata.pop(key, None)
+    annotations = metadata.get("annotations") or {}
+    annotations.pop(LAST_APPLIED, None)
+    if not annotations:
+        metadata.pop("annotations", None)
+    return {"apiVersion": live.get("apiVersion"), "kind": live.get("kind"), "metadata": metadata,
+            "spec": copy.deepcopy(live.get("spec") or {})}
+
+
+# --------------------------------------------------------------------------- --apply
+
+def _apply(cluster: Cluster, name: str, live: Mapping[str, Any], plan: Plan, *, replace: bool, prune: bool,
+           digests_only: bool, dry_run: bool) -> None:
+    manifest = manifest_from_cluster(live)
+    result = _edit(manifest, plan, replace=replace, prune=prune, digests_only=digests_only)
+    where = f"{KIND} {cluster.namespace}/{name}"
+    if not result.changed:
+        _report(result, where, dry_run=dry_run)
+        return
+    patch: dict[str, Any] = {"spec": {"approved": manifest["spec"]["approved"]}}
+    version = (live.get("metadata") or {}).get("resourceVersion")
+    if version:  # optimistic concurrency: a concurrent change makes the API server answer 409
+        patch["metadata"] = {"resourceVersion": version}
+    if dry_run:
+        click.echo(dump_json(patch), nl=False)
+    else:
+        cluster.patch_interface(name, patch)
+    _report(result, where, dry_run=dry_run)
+
+
+# --------------------------------------------------------------------------- -f FILE (round trip)
+
+def _rewrite_file(path: Path, live: Mapping[str, Any], plan: Plan, *, replace: bool, prune: bool,
+                  digests_only: bool, dry_run: bool) -> None:
+    document = RoundTripFile.load(path)
+    manifest = document.find(str((live.get("metadata") or {}).get("name")),
+                             str((live.get("metadata") or {}).get("namespace") or ""))
+    result = _edit(manifest, plan, replace=replace, prune=prune, digests_only=digests_only, style=review_style)
+    if result.changed:
+        text = document.dump()
+        if dry_run:
+            click.echo(text, nl=False)
+        else:
+            _write(path, text)
+    _report(result, str(path), dry_run=dry_run)
+
+
+def _write(path: Path, text: str) -> None:
+    try:
+        temporary = path.with_name(f".{path.name}.lockstep")
+        temporary.write_text(text, encoding="utf-8")
+        temporary.replace(path)
+    except OSError as error:
+        raise UsageError(f"cannot write {path}: {error.strerror or error}") from None
+
+
+@dataclass
+class RoundTripFile:
+    """A YAML file loaded for a round trip: comments, key order, quoting and indentation survive."""
+
+    path: Path
+    text: str
+    documents: list[Any]
+    yaml: Any
+
+    @classmethod
+    def load(cls, path: Path) -> RoundTripFile:
+        from ruamel.yaml import YAML
+        from ruamel.yaml.error import YAMLError
+        from ruamel.yaml.util import load_yaml_guess_indent
+
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as error:
+            raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
+        _, indent, block_sequence_indent = load_yaml_guess_indent(text)
+        yaml = YAML()  # round-trip mode
+        yaml.preserve_quotes = True
+        yaml.width = 4096  # never re-wrap existing lines
+        yaml.indent(mapping=indent or 2, sequence=(indent or 2) + (block_sequence_indent or 0),
+                    offset=block_sequence_indent or 0)
+        yaml.explicit_start = text.lstrip().startswith("---")
+        try:
+            documents = [document for document in yaml.load_all(text)]
+        except YAMLError as error:
+            raise UsageError(f"{path}: invalid YAML: {str(error).splitlines()[0]}") from None
+        return cls(path, text, documents, yaml)
+
+    def find(self, name: str, namespace: str) -> Any:
+        """The one MCPServerInterface document of the file with this name (and namespace, if it has one)."""
+        candidates = [document for document in self.documents
+                      if isinstance(document, Mapping) and document.get("kind") == KIND]
+        if not candidates:
+            raise UsageError(f"{self.path}: holds no {KIND}")
+        for document in candidates:
+            metadata = document.get("metadata") or {}
+            if metadata.get("name") == name and metadata.get("namespace") in (None, "", namespace):
+                return document
+        names = ", ".join(str((document.get("metadata") or {}).get("name")) for document in candidates)
+        raise UsageError(f"{self.path}: holds {KIND} {names}, not {name}; pass the manifest of {name}")
+
+    def dump(self) -> str:
+        stream = io.StringIO()
+        if len(self.documents) == 1:
+            self.yaml.dump(self.documents[0], stream)
+        else:
+            self.yaml.dump_all(self.documents, stream)
+        text = stream.getvalue()
+        if not has_hidden_characters(self.text):  # else escaping could change the data of those characters
+            text = _escape_hidden_in_double_quotes(text)
+        self._check_round_trip(text)
+        return text
+
+    def _check_round_trip(self, text: str) -> None:
+        """The rewritten text must load back to exactly the edited documents."""
+        import yaml
+
+        try:
+            reloaded = [document for document in yaml.safe_load_all(text)]
+        except yaml.YAMLError:
+            reloaded = None
+        if reloaded != [_plain(document) for document in self.documents]:
+            raise UsageError(f"{self.path}: cannot rewrite it without changing its data; "
+                             "edit it by hand from the output of lockstep approve without -f")
+
+
+def review_style(value: Any) -> Any:
+    """New values in the document's node types: multi-line text as literal blocks, and text with invisible
+    characters double-quoted so that :func:`dump` can spell those characters out as escapes."""
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString, LiteralScalarString
+
+    if isinstance(value, dict):
+        mapping = CommentedMap()
+        for key, item in value.items():
+            mapping[DoubleQuotedScalarString(key) if has_hidden_characters(key) else key] = review_style(item)
+        return mapping
+    if isinstance(value, list):
+        return CommentedSeq([review_style(item) for item in value])
+    if isinstance(value, str):
+        if has_hidden_characters(value):
+            return DoubleQuotedScalarString(value)
+        if "\n" in value and not re.search(r"[ \t]\n|[ \t]$|^\s", value):
+            return LiteralScalarString(value)
+    return value
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {_plain(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain(item) for item in value]
+    if isinstance(value, str):
+        return str(value)
+    return value
+
+
+def _escape_hidden_in_double_quotes(text: str) -> str:
+    """Spell out invisible characters (only ever written inside double quotes by :func:`review_style`)."""
+    out = []
+    for character in text:
+        if has_hidden_characters(character):
+            code = ord(character)
+            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
+        else:
+            out.append(character)
+    return "".join(out)

@@ -1,0 +1,323 @@
+"""Reading MCPServerInterface resources from a cluster, and ``lockstep diff RESOURCE``.
+
+Credentials come from a kubeconfig (``--kubeconfig``, else ``$KUBECONFIG``, else
+``~/.kube/config``; ``--context`` picks a context), or from the pod's service
+account when the command runs inside a cluster without a kubeconfig. The
+namespace is ``-n``, else the context's, else ``default``, as with kubectl.
+
+Every failure becomes a :class:`~lockstep.cli.targets.UsageError` (exit 2) with
+a one-line cause.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Self
+
+import click
+
+from lockstep.cli.output import dump_json
+from lockstep.cli.targets import UsageError
+from lockstep.core import Interface, InterfaceDigest, LockstepError
+from lockstep.core.approval import ObservedRevision, observed_revisions
+from lockstep.core.diff import (
+    Finding,
+    closest_revision,
+    diff_revisions,
+    max_severity,
+    render_json,
+    render_text,
+)
+from lockstep.core.manifest import GROUP, KIND, VERSION
+from lockstep.core.revision import Revision
+
+__all__ = ["Cluster", "ClusterTarget", "cluster_options", "diff_resource", "parse_resource"]
+
+PLURAL = "mcpserverinterfaces"
+RESOURCE_PREFIXES = frozenset({"mcpi", "mcpserverinterface", "mcpserverinterfaces",
+                               "mcpserverinterface.lockstep.dev", "mcpserverinterfaces.lockstep.dev"})
+REQUEST_TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
+FIELD_MANAGER = "lockstep-cli"
+_BOLD, _RESET = "\x1b[1m", "\x1b[0m"
+
+
+class ClusterError(UsageError):
+    """The cluster cannot be reached, refuses the request, or lacks the resource."""
+
+
+@dataclass(frozen=True)
+class ClusterTarget:
+    """Where to find the resource: the ``--kubeconfig``, ``--context`` and ``-n`` options."""
+
+    kubeconfig: str | None = None
+    context: str | None = None
+    namespace: str | None = None
+
+
+def cluster_options(function: Any) -> Any:
+    """The kubectl-style options of every command that reads the cluster."""
+    function = click.option("--kubeconfig", default=None, metavar="FILE",
+                            help="Path of the kubeconfig (default: $KUBECONFIG, then ~/.kube/config).")(function)
+    function = click.option("--context", default=None, help="kubeconfig context to use.")(function)
+    function = click.option("-n", "--namespace", default=None,
+                            help="Namespace of the MCPServerInterface (default: the context's).")(function)
+    return function
+
+
+def parse_resource(text: str) -> str:
+    """The resource name from ``NAME`` or ``mcpi/NAME`` (kubectl style)."""
+    prefix, separator, name = text.rpartition("/")
+    if separator and prefix.lower() not in RESOURCE_PREFIXES:
+        raise UsageError(f"{text!r} is not an MCPServerInterface; use NAME or mcpi/NAME")
+    if not name:
+        raise UsageError("the resource name is empty")
+    return name
+
+
+class Cluster:
+    """A connection to one cluster, namespace-bound, for MCPServerInterface reads and patches."""
+
+    def __init__(self, target: ClusterTarget) -> None:
+        import kubernetes
+
+        self._kubernetes = kubernetes
+        configuration, context_namespace = _load_configuration(target)
+        self.namespace = target.namespace or context_namespace or "default"
+        self.host = str(configuration.host)
+        self._api = kubernetes.client.ApiClient(configuration)
+        self._objects = kubernetes.client.CustomObjectsApi(self._api)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._api.close()
+
+    def get_interface(self, name: str) -> dict[str, Any]:
+        """The MCPServerInterface ``name`` of this namespace, as a plain dict."""
+        found = self._call("get", name, lambda: self._objects.get_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, name, _request_timeout=REQUEST_TIMEOUT))
+        return dict(found)
+
+    def patch_interface(self, name: str, patch: Mapping[str, Any]) -> dict[str, Any]:
+        """A JSON merge patch (RFC 7386) of the resource: lists such as spec.approved are replaced whole."""
+        patched = self._call("patch", name, lambda: self._objects.patch_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, PLURAL, name, dict(patch), field_manager=FIELD_MANAGER,
+            _content_type="application/merge-patch+json", _request_timeout=REQUEST_TIMEOUT))
+        return dict(patched)
+
+    def _call(self, verb: str, name: str, request: Any) -> Any:
+        exceptions = self._kubernetes.client.exceptions
+        where = f"{KIND} {self.namespace}/{name}"
+        try:
+            return request()
+        except exceptions.ApiException as error:
+            raise ClusterError(_api_error(verb, where, error)) from None
+        except Exception as error:  # noqa: BLE001  # urllib3 connection errors carry no common base we can name
+            cause = str(getattr(error, "reason", "") or error).splitlines()[0][:200]
+            raise ClusterError(f"cannot reach the cluster at {self.host}: {cause}") from None
+
+
+def _api_error(verb: str, where: str, error: Any) -> str:
+    status = int(getattr(error, "status", 0) or 0)
+    if status == 404:
+        return f"{where} not found"
+    if status in (401, 403):
+        return f"not allowed to {verb} {where} (HTTP {status}); check your credentials and RBAC"
+    if status == 409:
+        return f"{where} changed while it was being updated (HTTP 409); run the command again"
+    if status == 422:
+        return f"the cluster refused the change to {where}: {_status_message(error)}"
+    return f"cannot {verb} {where}: HTTP {status} {_status_message(error)}".rstrip()
+
+
+def _status_message(error: Any) -> str:
+    import json
+
+    try:
+        return str(json.loads(error.body).get("message", ""))[:500]
+    except (TypeError, ValueError, AttributeError):
+        return str(getattr(error, "reason", "") or "")
+
+
+def _load_configuration(target: ClusterTarget) -> tuple[Any, str | None]:
+    import kubernetes
+
+    configuration = kubernetes.client.Configuration()
+    kubeconfig = target.kubeconfig or _default_kubeconfig()
+    if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+        try:
+            kubernetes.config.load_incluster_config(client_configuration=configuration)
+        except kubernetes.config.ConfigException as error:
+            raise ClusterError(f"no kubeconfig and no usable in-cluster credentials: {error}") from None
+        return configuration, _incluster_namespace()
+    if kubeconfig is None:
+        raise ClusterError("no kubeconfig found: pass --kubeconfig FILE or set KUBECONFIG")
+    try:
+        kubernetes.config.load_kube_config(config_file=kubeconfig, context=target.context,
+                                           client_configuration=configuration, persist_config=False)
+        contexts, active = kubernetes.config.list_kube_config_contexts(config_file=kubeconfig)
+    except (kubernetes.config.ConfigException, OSError, ValueError) as error:
+        raise ClusterError(f"kubeconfig {kubeconfig}: {str(error).splitlines()[0]}") from None
+    chosen = next((item for item in contexts if item.get("name") == target.context), active) \
+        if target.context else active
+    return configuration, ((chosen or {}).get("context") or {}).get("namespace")
+
+
+def _default_kubeconfig() -> str | None:
+    from_environment = os.environ.get("KUBECONFIG", "").split(os.pathsep)[0]
+    if from_environment:
+        return from_environment
+    home = Path.home() / ".kube" / "config"
+    return str(home) if home.exists() else None
+
+
+def _incluster_namespace() -> str | None:
+    try:
+        return Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace").read_text().strip() or None
+    except OSError:
+        return None
+
+
+# --------------------------------------------------------------------------- diff RESOURCE
+
+@dataclass(frozen=True)
+class ObservedDrift:
+    """One observed revision and its drift against the closest approved revision."""
+
+    observed: ObservedRevision
+    closest: str | None
+    findings: tuple[Finding, ...]
+    field_level: bool
+    notes: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        worst = max_severity(self.findings)
+        return {
+            "digest": self.observed.digest, "approved": self.observed.approved,
+            "pods": list(self.observed.pods), "podCount": self.observed.pod_count,
+            "firstSeen": self.observed.first_seen, "closestApproved": self.closest,
+            "fieldLevel": self.field_level, "maxSeverity": worst.value if worst else None,
+            "notes": list(self.notes), "findings": render_json(self.findings),
+        }
+
+
+def approved_revisions(resource: Mapping[str, Any]) -> tuple[list[Revision], list[str]]:
+    """The parsed ``spec.approved[]`` revisions, and a note for each one that does not parse."""
+    spec = resource.get("spec") or {}
+    ignore = list(spec.get("ignore") or [])
+    revisions, notes = [], []
+    for index, entry in enumerate(spec.get("approved") or []):
+        try:
+            revisions.append(Revision.from_spec(entry, ignore))
+        except LockstepError as error:
+            notes.append(f"spec.approved[{index}] is unusable: {error}")
+    return revisions, notes
+
+
+def drift_of(resource: Mapping[str, Any]) -> list[ObservedDrift]:
+    """Per observed revision of the resource's status, the findings against the closest approved one."""
+    ignore = list((resource.get("spec") or {}).get("ignore") or [])
+    approved, _ = approved_revisions(resource)
+    return [_drift_of_one(entry, approved, ignore) for entry in observed_revisions(resource)]
+
+
+def _drift_of_one(entry: ObservedRevision, approved: Sequence[Revision], ignore: Sequence[str]) -> ObservedDrift:
+    if entry.approved:
+        return ObservedDrift(entry, entry.digest, (), True, ())
+    notes: list[str] = []
+    try:
+        observed = entry.revision(ignore)
+    except LockstepError as error:
+        notes.append(f"the definitions in status do not match the digest ({error}); they are not shown")
+        observed = _digest_only(entry, ignore)
+    if observed.interface is None:
+        notes.append("status carries no definitions for this revision (too large to keep): "
+                     "component-level diff only")
+    baseline = list(approved) or [Revision.of(Interface(()), ignore)]
+    if not approved:
+        notes.append("no revision is approved yet: everything is new")
+    closest = closest_revision(baseline, observed)
+    findings = tuple(diff_revisions(closest, observed, ignore))
+    field_level = observed.interface is not None and closest.interface is not None
+    if observed.interface is not None and closest.interface is None:
+        notes.append(f"approved revision {closest.aggregate} carries digests only: component-level diff only")
+    return ObservedDrift(entry, closest.aggregate if approved else None, findings, field_level, tuple(notes))
+
+
+def _digest_only(entry: ObservedRevision, ignore: Sequence[str]) -> Revision:
+    try:
+        return dataclasses.replace(entry, definitions=None).revision(ignore)
+    except LockstepError:
+        return Revision(InterfaceDigest(entry.digest, (), entry.formula))
+
+
+def diff_resource(resource_arg: str, target: ClusterTarget, *, as_json: bool, color: bool) -> int:
+    """``lockstep diff RESOURCE``: print the drift of every observed revision; 1 when any is unapproved."""
+    name = parse_resource(resource_arg)
+    with Cluster(target) as cluster:
+        resource = cluster.get_interface(name)
+    drifts = drift_of(resource)
+    _, notes = approved_revisions(resource)
+    unapproved = [drift for drift in drifts if not drift.observed.approved]
+    if as_json:
+        click.echo(dump_json(_diff_document(resource, drifts, notes)), nl=False)
+    else:
+        click.echo(render_resource_drift(resource, drifts, notes, color=color), nl=False)
+    return 1 if unapproved else 0
+
+
+def _diff_document(resource: Mapping[str, Any], drifts: Sequence[ObservedDrift],
+                   notes: Sequence[str]) -> dict[str, Any]:
+    metadata = resource.get("metadata") or {}
+    status = resource.get("status") or {}
+    return {
+        "name": metadata.get("name"), "namespace": metadata.get("namespace"),
+        "phase": status.get("phase"), "podsReady": status.get("podsReady"),
+        "approved": [str(entry.get("digest")) for entry in (resource.get("spec") or {}).get("approved") or []],
+        "notes": list(notes), "observed": [drift.to_dict() for drift in drifts],
+    }
+
+
+def render_resource_drift(resource: Mapping[str, Any], drifts: Sequence[ObservedDrift], notes: Sequence[str],
+                          *, color: bool) -> str:
+    """The text form of ``lockstep diff RESOURCE``."""
+    metadata = resource.get("metadata") or {}
+    status = resource.get("status") or {}
+    approved = [str(entry.get("digest")) for entry in (resource.get("spec") or {}).get("approved") or []]
+    bold = (lambda text: f"{_BOLD}{text}{_RESET}") if color else (lambda text: text)
+    lines = [bold(f"{KIND} {metadata.get('namespace')}/{metadata.get('name')}") +
+             f": {status.get('phase') or 'no status yet'}, {status.get('podsReady') or '0/0'} pods ready"]
+    lines += [f"approved: {digest}" for digest in approved] or ["approved: none"]
+    lines += [f"note: {note}" for note in notes]
+    if not drifts:
+        lines.append("no observed revision yet: no selected pod has reported")
+    for drift in drifts:
+        lines.append("")
+        lines += _drift_lines(drift, bold, f"{metadata.get('name')} -n {metadata.get('namespace')}")
+        if drift.findings:
+            lines.append(render_text(drift.findings, color=color).rstrip("\n"))
+    return "\n".join(lines) + "\n"
+
+
+def _drift_lines(drift: ObservedDrift, bold: Any, ref: str) -> list[str]:
+    entry = drift.observed
+    pods = ", ".join(entry.pods[:5]) + (f" and {entry.pod_count - 5} more" if entry.pod_count > 5 else "")
+    state = "approved" if entry.approved else "NOT APPROVED"
+    lines = [bold(f"observed {entry.digest}") + f" ({state}), {entry.pod_count} pod(s): {pods or '-'}"]
+    if entry.first_seen:
+        lines.append(f"  first seen {entry.first_seen}")
+    if not entry.approved:
+        worst = max_severity(drift.findings)
+        against = f"against approved {drift.closest}" if drift.closest else "against nothing approved"
+        lines.append(f"  {len(drift.findings)} finding(s) {against}"
+                     + (f", worst {worst.value}" if worst else ""))
+        lines += [f"  note: {note}" for note in drift.notes]
+        lines.append(f"  approve: lockstep approve {ref} --revision {entry.digest[:19]}")
+    return lines
+
+
