@@ -569,7 +569,7 @@ class _Options:
 
 @asynccontextmanager
 async def _connect(wire: _Wire, options: _Options) -> AsyncIterator[LiveSession]:
-    opened = False
+    stage = "opening"
     try:
         # The scope wraps the session for its whole life (cancel scopes must nest with the
         # transports' task groups); its deadline only bounds the opening.
@@ -577,15 +577,29 @@ async def _connect(wire: _Wire, options: _Options) -> AsyncIterator[LiveSession]
             async with AsyncExitStack() as stack:
                 live = await _open(stack, wire, options)
                 opening.deadline = math.inf
-                opened = True
-                yield live
+                stage = "open"
+                try:
+                    yield live
+                except BaseException:
+                    stage = "failed"
+                    raise
+                stage = "closing"
         if opening.cancelled_caught:
             raise _timed_out(wire, options.timeout)
     except BaseException as error:
-        translated = _translate(error, wire, opened=opened)
+        leaves = list(_leaves(error))
+        if stage == "closing" and all(_is_closing_noise(leaf) for leaf in leaves):
+            # The caller got what it wanted; a server gone by now is not its concern.
+            logger.debug("closing the session to %s failed: %s", wire.url, _one_line(error))
+            return
+        translated = _translate(error, leaves, wire)
         if translated is error:
             raise
         raise translated from None
+
+
+def _is_closing_noise(error: BaseException) -> bool:
+    return isinstance(error, Exception) and not isinstance(error, LockstepError)
 
 
 def _timed_out(wire: _Wire, timeout: float) -> ReadTimeoutError:
@@ -596,9 +610,8 @@ def _timed_out(wire: _Wire, timeout: float) -> ReadTimeoutError:
 
 async def _open(stack: AsyncExitStack, wire: _Wire, options: _Options) -> LiveSession:
     headers, on_list_changed = options.headers, options.on_list_changed
-    timeouts = httpx2.Timeout(
-        options.timeout, read=None
-    )  # reads are bounded by the deadline, streams live long
+    # Reads are bounded by the deadlines; the event streams must be free to stay open for hours.
+    timeouts = httpx2.Timeout(options.timeout, read=None)
     if options.transport == "sse":
         http_transport = _MeteredTransport(wire, sse_event_limit=SSE_CLIENT_EVENT_LIMIT)
 
@@ -636,24 +649,25 @@ async def _open(stack: AsyncExitStack, wire: _Wire, options: _Options) -> LiveSe
     return live
 
 
-def _translate(error: BaseException, wire: _Wire, *, opened: bool) -> BaseException:
+def _translate(error: BaseException, leaves: list[BaseException], wire: _Wire) -> BaseException:
     """The error to raise for what escaped the connection: Lockstep's own, or transport failures named."""
-    leaves = list(_leaves(error))
     if any(not isinstance(leaf, Exception) for leaf in leaves):
         return error  # cancellation, KeyboardInterrupt...: never hidden
     for leaf in leaves:
         if isinstance(leaf, LockstepError):
             return leaf
-    if opened:
-        return error  # the caller's own exception, raised inside ``async with connect(...)``
+    if not all(isinstance(leaf, _TRANSPORT_ERRORS) for leaf in leaves):
+        return error  # among them the caller's own exception, raised inside ``async with connect(...)``
+    wire.dropped.set()
     if wire.fault is not None:
         return wire.fault
     for leaf in leaves:
         if isinstance(leaf, httpx2.HTTPStatusError):
             return ServerUnreachableError(f"{wire.url}: {_http_status(leaf.response)}")
-        if isinstance(leaf, httpx2.HTTPError | OSError | anyio.BrokenResourceError | MCPError):
-            return ServerUnreachableError(f"{wire.url}: {_one_line(leaf) or type(leaf).__name__}")
-    return error
+    return ServerUnreachableError(f"{wire.url}: {_one_line(leaves[0]) or type(leaves[0]).__name__}")
+
+
+_TRANSPORT_ERRORS = (httpx2.HTTPError, httpx2.StreamError, OSError, anyio.BrokenResourceError, MCPError)
 
 
 def _leaves(error: BaseException) -> Iterator[BaseException]:
