@@ -6,7 +6,6 @@ import ssl
 from pathlib import Path
 
 import pytest
-
 from lockstep.sidecar.settings import SettingsError, SidecarSettings
 from lockstep_testing.loopback import make_certificates
 

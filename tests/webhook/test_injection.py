@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from lockstep.operator.injection import (
     Binding,
     BindingError,
