@@ -19,9 +19,9 @@ class OperatorConfig:
     report_port: int = 8443
     tls_cert_path: str | None = None
     tls_key_path: str | None = None
-    #: Prometheus ``/metrics``; 0 disables the metrics server.
+    #: Prometheus ``/metrics``; None disables the metrics server (0 picks a free port, as for every port here).
     metrics_host: str = "0.0.0.0"
-    metrics_port: int = 8080
+    metrics_port: int | None = 8080
     #: kopf's liveness endpoint ``/healthz``; 0 disables it.
     health_port: int = 8081
     #: Admission webhooks (kopf's webhook server, same TLS files); 0 disables them.

@@ -1,0 +1,177 @@
+"""The operator assembled: a kopf registry with Lockstep's handlers, and its servers and timers.
+
+    op = LockstepOperator(OperatorConfig(...))
+    await op.run(stop_flag=..., ready_flag=...)      # kopf.operator() with Lockstep's registry
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import logging
+import random
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import kopf
+from aiohttp import web
+
+from lockstep.operator.config import OperatorConfig
+from lockstep.operator.events import EventPoster
+from lockstep.operator.kube import GROUP, PLURAL, VERSION, KubeClient
+from lockstep.operator.metrics import Metrics
+from lockstep.operator.peering import Leadership
+from lockstep.operator.reconciler import Reconciler
+from lockstep.operator.reports import ReportServer, TokenReviewer
+
+__all__ = ["LockstepOperator"]
+
+logger = logging.getLogger(__name__)
+LEADERSHIP_INTERVAL = 5.0
+
+
+class LockstepOperator:
+    def __init__(self, config: OperatorConfig, *, connection: kopf.ConnectionInfo | None = None) -> None:
+        self.config = config
+        self.connection = connection
+        self.metrics = Metrics()
+        self.metrics.initialise()
+        self.priority = config.peering_priority if config.peering_priority is not None \
+            else random.randint(1, 1_000_000)
+        self.registry = kopf.OperatorRegistry()
+        self.reconciler: Reconciler | None = None
+        self.report_server: ReportServer | None = None
+        self.metrics_port: int | None = None
+        self._client: KubeClient | None = None
+        self._metrics_runner: web.AppRunner | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._register()
+
+    # ------------------------------------------------------------------ kopf
+    def settings(self) -> kopf.OperatorSettings:
+        settings = kopf.OperatorSettings()
+        settings.posting.enabled = False  # Lockstep posts its own Events, on transitions only
+        settings.peering.standalone = self.config.peering_name is None
+        if self.config.peering_name:
+            settings.peering.name = self.config.peering_name
+            settings.peering.priority = self.priority
+            settings.peering.mandatory = True
+        settings.watching.server_timeout = 300
+        if self.config.tls_enabled and self.config.webhook_port:
+            settings.admission.server = kopf.WebhookServer(
+                port=self.config.webhook_port, certfile=self.config.tls_cert_path,
+                pkeyfile=self.config.tls_key_path)
+        return settings
+
+    async def run(self, *, stop_flag: Any = None, ready_flag: Any = None) -> None:
+        namespaces = list(self.config.namespaces)
+        await kopf.operator(
+            registry=self.registry, settings=self.settings(),
+            standalone=self.config.peering_name is None, peering_name=self.config.peering_name,
+            priority=self.priority, clusterwide=not namespaces, namespaces=namespaces,
+            liveness_endpoint=f"http://0.0.0.0:{self.config.health_port}/healthz" if self.config.health_port else None,
+            stop_flag=stop_flag, ready_flag=ready_flag,
+        )
+
+    def _register(self) -> None:
+        registry = self.registry
+
+        @kopf.on.login(registry=registry)
+        def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+            return self.connection or _login(**kwargs)
+
+        @kopf.on.startup(registry=registry)
+        async def start(settings: kopf.OperatorSettings, **_: Any) -> None:
+            await self.start(settings)
+
+        @kopf.on.cleanup(registry=registry)
+        async def stop(**_: Any) -> None:
+            await self.stop()
+
+        @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+        async def resource_event(event: kopf.RawEvent, **_: Any) -> None:
+            if self.reconciler is not None:
+                await self.reconciler.on_resource(str(event.get("type") or "ADDED"), event["object"])
+
+        @kopf.on.event("", "v1", "pods", registry=registry)
+        async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
+            if self.reconciler is not None:
+                await self.reconciler.on_pod(str(event.get("type") or "ADDED"), event["object"])
+
+        if self.config.tls_enabled and self.config.webhook_port \
+                and importlib.util.find_spec("lockstep.operator.webhooks") is not None:
+            from lockstep.operator.webhooks import register_webhooks
+
+            register_webhooks(registry, self.config)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self, settings: kopf.OperatorSettings) -> None:
+        info = self.connection or _login(settings=settings)
+        if info is None:
+            raise kopf.PermanentError("no Kubernetes credentials (neither in-cluster nor a kubeconfig)")
+        self._client = client = KubeClient(info)
+        namespace = self.config.namespaces[0] if self.config.namespaces else None
+        leadership = Leadership(client, self.config.peering_name, self.priority, namespace)
+        await leadership.refresh()
+        self.reconciler = reconciler = Reconciler(self.config, client, self.metrics, EventPoster(client), leadership)
+        await reconciler.resync()
+        self.report_server = ReportServer(self.config, reconciler,
+                                          TokenReviewer(client, self.config.token_cache_seconds), self.metrics)
+        await self.report_server.start()
+        await self._start_metrics()
+        self._tasks = [
+            asyncio.create_task(_every(self.config.stale_check_interval, reconciler.check_stale, leadership)),
+            asyncio.create_task(_every(self.config.status_flush_interval, reconciler.flush_status, leadership)),
+        ]
+        if self.config.peering_name:
+            self._tasks.append(asyncio.create_task(self._follow_leadership(leadership, reconciler)))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.reconciler is not None:
+            with contextlib.suppress(Exception):
+                await self.reconciler.flush_status()
+        if self.report_server is not None:
+            await self.report_server.stop()
+        if self._metrics_runner is not None:
+            await self._metrics_runner.cleanup()
+        if self._client is not None:
+            await self._client.close()
+
+    async def _start_metrics(self) -> None:
+        if self.config.metrics_port is None:
+            return
+        app = web.Application()
+        app.router.add_get("/metrics", self.metrics.serve)
+        self._metrics_runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._metrics_runner.setup()
+        site = web.TCPSite(self._metrics_runner, self.config.metrics_host, self.config.metrics_port)
+        await site.start()
+        sockets = getattr(getattr(site, "_server", None), "sockets", None) or []
+        self.metrics_port = sockets[0].getsockname()[1] if sockets else self.config.metrics_port
+
+    async def _follow_leadership(self, leadership: Leadership, reconciler: Reconciler) -> None:
+        while True:
+            await asyncio.sleep(LEADERSHIP_INTERVAL)
+            if await leadership.refresh():
+                await reconciler.resync()  # what the other replica wrote while this one stood by
+
+
+async def _every(interval: float, job: Callable[[], Awaitable[None]], leadership: Leadership) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        if not leadership():
+            continue
+        try:
+            await job()
+        except Exception:  # a timer must survive one failed round
+            logger.exception("Periodic job %s failed.", getattr(job, "__name__", job))
+
+
+def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)

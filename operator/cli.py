@@ -1,0 +1,92 @@
+"""``lockstep operator``: run the operator. Every option also reads a ``LOCKSTEP_*`` variable
+(a flag beats the environment, which beats the default)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+from lockstep.operator.config import OperatorConfig
+
+__all__ = ["operator_command"]
+
+
+def _json_object(ctx: click.Context, param: click.Parameter, value: str | None) -> dict[str, Any]:
+    if not value:
+        return {}
+    try:
+        parsed = json.loads(value)
+    except ValueError as error:
+        raise click.BadParameter(f"not JSON: {error}") from None
+    if not isinstance(parsed, dict):
+        raise click.BadParameter("must be a JSON object")
+    return parsed
+
+
+@click.command("operator")
+@click.option("-n", "--namespace", "namespaces", multiple=True, envvar="LOCKSTEP_NAMESPACES",
+              help="Namespace to watch (repeatable; env: space-separated). Default: the whole cluster.")
+@click.option("--report-port", type=click.IntRange(0, 65535), default=8443, show_default=True,
+              envvar="LOCKSTEP_REPORT_PORT", help="HTTPS port of POST /v1/reports.")
+@click.option("--tls-cert", type=click.Path(dir_okay=False), envvar="LOCKSTEP_TLS_CERT",
+              help="Certificate (PEM) of the report endpoint and the webhooks.")
+@click.option("--tls-key", type=click.Path(dir_okay=False), envvar="LOCKSTEP_TLS_KEY", help="Its private key (PEM).")
+@click.option("--metrics-port", type=click.IntRange(0, 65535), default=8080, show_default=True,
+              envvar="LOCKSTEP_METRICS_PORT", help="Port of the Prometheus /metrics endpoint.")
+@click.option("--health-port", type=click.IntRange(0, 65535), default=8081, show_default=True,
+              envvar="LOCKSTEP_HEALTH_PORT", help="Port of kopf's /healthz liveness endpoint (0: off).")
+@click.option("--webhook-port", type=click.IntRange(0, 65535), default=9443, show_default=True,
+              envvar="LOCKSTEP_WEBHOOK_PORT", help="HTTPS port of the admission webhooks (0: off).")
+@click.option("--body-limit", type=click.IntRange(1024), default=4 * 1024 * 1024, show_default=True,
+              envvar="LOCKSTEP_BODY_LIMIT", help="Largest report body in bytes.")
+@click.option("--rate-per-pod", type=click.FloatRange(0.01), default=1.0, show_default=True,
+              envvar="LOCKSTEP_RATE_PER_POD", help="Sustained reports per second per pod.")
+@click.option("--rate-burst", type=click.IntRange(1), default=10, show_default=True,
+              envvar="LOCKSTEP_RATE_BURST", help="Reports a pod may send at once.")
+@click.option("--peering", "peering_name", envvar="LOCKSTEP_PEERING",
+              help="kopf peering name; set it when running two or more replicas.")
+@click.option("--sidecar-image", default="ghcr.io/lockstep-dev/lockstep:latest", show_default=True,
+              envvar="LOCKSTEP_SIDECAR_IMAGE", help="Image of the injected sidecar.")
+@click.option("--sidecar-resources", callback=_json_object, envvar="LOCKSTEP_SIDECAR_RESOURCES",
+              help='Resources of the sidecar, as JSON: {"requests": {...}, "limits": {...}}.')
+@click.option("--report-url", default="", envvar="LOCKSTEP_REPORT_URL",
+              help="Base URL sidecars report to (the operator's Service).")
+@click.option("--operator-ca", "operator_ca_path", type=click.Path(dir_okay=False), envvar="LOCKSTEP_OPERATOR_CA",
+              help="CA bundle (PEM) that signs the report endpoint's certificate, given to sidecars.")
+@click.option("--token-expiration", "token_expiration_seconds", type=click.IntRange(600), default=3600,
+              show_default=True, envvar="LOCKSTEP_TOKEN_EXPIRATION", help="Lifetime of sidecar tokens (seconds).")
+@click.option("--own-namespace", default="", envvar="LOCKSTEP_OWN_NAMESPACE",
+              help="The operator's namespace (never injected).")
+@click.option("-v", "--verbose", is_flag=True, envvar="LOCKSTEP_VERBOSE", help="Log at debug level.")
+def operator_command(namespaces: Sequence[str], report_port: int, tls_cert: str | None, tls_key: str | None,
+                     metrics_port: int, health_port: int, webhook_port: int, body_limit: int,
+                     rate_per_pod: float, rate_burst: int, peering_name: str | None, sidecar_image: str,
+                     sidecar_resources: dict[str, Any], report_url: str, operator_ca_path: str | None,
+                     token_expiration_seconds: int, own_namespace: str, verbose: bool) -> None:
+    """Run the Lockstep operator: the report endpoint, judging, status, Events, metrics and webhooks.
+
+    \b
+    Examples:
+      lockstep operator --tls-cert /tls/tls.crt --tls-key /tls/tls.key
+      LOCKSTEP_NAMESPACES="agents tools" lockstep operator --peering lockstep
+    """
+    from lockstep.operator.app import LockstepOperator
+
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if bool(tls_cert) != bool(tls_key):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    config = OperatorConfig(
+        namespaces=tuple(name for entry in namespaces for name in entry.split()), report_port=report_port,
+        tls_cert_path=tls_cert, tls_key_path=tls_key, metrics_port=metrics_port, health_port=health_port,
+        webhook_port=webhook_port, body_limit=body_limit, rate_per_pod=rate_per_pod, rate_burst=rate_burst,
+        peering_name=peering_name, sidecar_image=sidecar_image, sidecar_resources=sidecar_resources,
+        report_url=report_url, operator_ca_path=operator_ca_path,
+        token_expiration_seconds=token_expiration_seconds, own_namespace=own_namespace,
+    )
+    asyncio.run(LockstepOperator(config).run())

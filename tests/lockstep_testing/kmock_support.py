@@ -1,0 +1,281 @@
+"""kmock 0.8 workarounds and helpers for running the Lockstep operator against an emulated API.
+
+Each workaround names the kmock behaviour it works around (see also
+/work/shared/notes/kmock-kopf-mcp.md). Select the emulator per test module with::
+
+    pytestmark = pytest.mark.kmock(cls=Emulator)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import ipaddress
+import ssl
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import attrs
+import kmock
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from lockstep.core.errors import InterfaceError
+from lockstep.core.report import FailureReason, Observation
+from lockstep.reader import ReaderError, read_interface
+
+from lockstep.operator.app import LockstepOperator
+from lockstep.operator.config import OperatorConfig
+
+__all__ = [
+    "CRD_RESOURCE",
+    "Emulator",
+    "Identity",
+    "RunningOperator",
+    "TokenBook",
+    "declare_resources",
+    "run_operator",
+    "wait_for",
+]
+
+CRD_RESOURCE = "lockstep.dev/v1alpha1/mcpserverinterfaces"
+TOKEN_REVIEWS = "post /apis/authentication.k8s.io/v1/tokenreviews"
+
+
+@attrs.define(kw_only=True)
+class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
+    """kmock's emulator with two fixes.
+
+    * kmock changes its object store BEFORE it looks at reactions, so a test reaction on a
+      POST/PATCH (a TokenReview answer, an injected 409) still stores or patches the object,
+      and every POST without ``metadata.name`` is stored under the name None (the second one
+      gets 409 "Object Already Exists"). Requests matching a view in ``bypass`` skip the object
+      store and get the reactions only.
+    * kmock ignores ``generateName``: such objects get ``<generateName><n>`` here.
+    """
+
+    bypass: list[Any] = attrs.field(factory=list)
+    _seq: int = 0
+
+    async def _handle(self, request: kmock.Request) -> Any:
+        if any(request in view for view in self.bypass):
+            return await kmock.RawHandler._handle(self, request)
+        meta = request.data.get("metadata", {}) if isinstance(request.data, dict) else {}
+        if request.action == kmock.action.CREATE and not meta.get("name") and meta.get("generateName"):
+            self._seq += 1
+            meta["name"] = f"{meta['generateName']}{self._seq}"
+        return await super()._handle(request)
+
+
+def declare_resources(emulator: Any) -> None:
+    """Declare the built-in resources and the CRD, with verbs and subresources: without them kmock
+    serves ``namespaced: None`` and no verbs in discovery, and kopf does not watch the resource."""
+    emulator.resources.load_bundled()
+    emulator.resources[CRD_RESOURCE] = kmock.ResourceInfo(
+        kind="MCPServerInterface", singular="mcpserverinterface", namespaced=True,
+        verbs={"get", "list", "watch", "create", "patch", "update", "delete"}, subresources={"status"})
+
+
+@dataclass(frozen=True)
+class Identity:
+    namespace: str
+    pod: str
+    uid: str
+    audience: str = "lockstep.dev"
+
+
+class TokenBook:
+    """Answers TokenReviews like a real API server for pod-bound projected tokens: the pod's name
+    and uid in ``extra``, unauthenticated for unknown tokens or another audience."""
+
+    def __init__(self, emulator: Any) -> None:
+        self.tokens: dict[str, Identity] = {}
+        self.reviews = 0
+        view = emulator[TOKEN_REVIEWS]
+        emulator.bypass.append(view)  # a TokenReview is never stored (see Emulator)
+        view << self._answer
+
+    def issue(self, namespace: str, pod: str, uid: str, *, audience: str = "lockstep.dev") -> str:
+        token = f"token-{namespace}-{pod}-{uid}-{len(self.tokens)}"
+        self.tokens[token] = Identity(namespace, pod, uid, audience)
+        return token
+
+    def _answer(self, request: kmock.Request) -> dict[str, Any]:
+        self.reviews += 1
+        spec = request.data["spec"]
+        identity = self.tokens.get(spec.get("token", ""))
+        status: dict[str, Any] = {"authenticated": False, "error": "invalid bearer token"}
+        if identity is not None and identity.audience in (spec.get("audiences") or [identity.audience]):
+            status = {
+                "authenticated": True, "audiences": [identity.audience],
+                "user": {"username": f"system:serviceaccount:{identity.namespace}:default", "uid": "sa-uid",
+                         "extra": {"authentication.kubernetes.io/pod-name": [identity.pod],
+                                   "authentication.kubernetes.io/pod-uid": [identity.uid]}},
+            }
+        # The client parses the echoed spec back (the `kubernetes` client fails without it).
+        return {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec, "status": status}
+
+
+@dataclass
+class RunningOperator:
+    operator: LockstepOperator
+    thread: threading.Thread
+    stop: threading.Event
+
+    @property
+    def report_port(self) -> int:
+        assert self.operator.report_server is not None and self.operator.report_server.port
+        return self.operator.report_server.port
+
+    @property
+    def metrics_port(self) -> int:
+        assert self.operator.metrics_port
+        return self.operator.metrics_port
+
+
+async def wait_watches(emulator: Any, count: int, timeout: float = 10.0) -> None:
+    """kmock ignores resourceVersion: every new watch replays all objects as ADDED. Wait until the
+    operator's watches are open before a test relies on what it has seen."""
+    await wait_for(lambda: len(emulator[kmock.action.WATCH]) >= count, timeout)
+
+
+@contextlib.asynccontextmanager
+async def run_operator(emulator: Any, config: OperatorConfig) -> AsyncIterator[RunningOperator]:
+    """Run the real operator (kopf) on its own thread and event loop: kopf cancels every task
+    created after it started when it stops, which would break pytest-asyncio's loop."""
+    operator = LockstepOperator(config, connection=_connection(emulator))
+    stop, ready, failure = threading.Event(), threading.Event(), []
+
+    def main() -> None:
+        try:
+            asyncio.run(operator.run(stop_flag=stop, ready_flag=ready))
+        except BaseException as error:  # noqa: BLE001 - reported to the test
+            failure.append(error)
+            ready.set()
+
+    watches_before = len(emulator[kmock.action.WATCH])
+    thread = threading.Thread(target=main, name="lockstep-operator", daemon=True)
+    thread.start()
+    try:
+        await asyncio.to_thread(ready.wait, 20)
+        await wait_for(lambda: failure or (operator.report_server is not None and operator.report_server.port),
+                       20)
+        if failure:
+            raise failure[0]
+        await wait_watches(emulator, watches_before + 2)  # pods and MCPServerInterfaces
+        yield RunningOperator(operator, thread, stop)
+    finally:
+        stop.set()
+        await asyncio.to_thread(thread.join, 20)
+
+
+def _connection(emulator: Any) -> Any:
+    import kopf
+
+    # kopf scans namespaces at start unless told not to: kmock 0.8 answers any /api/v1/namespaces
+    # URL with a 500 (a URL-parser bug), so the operator runs cluster-wide and never lists namespaces.
+    return kopf.ConnectionInfo(server=str(emulator.url).rstrip("/"), insecure=True, default_namespace="default")
+
+
+async def wait_for(condition: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """Poll ``condition`` until it is truthy; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        await asyncio.sleep(interval)
+
+
+def condition_of(pod: Mapping[str, Any], type_: str = "lockstep.dev/interface-verified") -> dict[str, Any] | None:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == type_:
+            return dict(condition)
+    return None
+
+
+# ---------------------------------------------------------------- operator test support (not kmock-specific)
+
+NAMESPACE = "agents"
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    cert: Path
+    key: Path
+
+    def client_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=str(self.cert))
+
+
+def make_tls_files(folder: Path) -> TlsFiles:
+    """A self-signed certificate for 127.0.0.1 (the sidecars trust it as their operator CA)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "lockstep-operator")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                                                        x509.DNSName("localhost")]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    files = TlsFiles(folder / "tls.crt", folder / "tls.key")
+    files.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    files.key.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                            serialization.NoEncryption()))
+    return files
+
+
+def operator_config(tls: TlsFiles, **overrides: Any) -> OperatorConfig:
+    settings: dict[str, Any] = dict(report_host="127.0.0.1", report_port=0, tls_cert_path=str(tls.cert),
+                                    tls_key_path=str(tls.key), metrics_host="127.0.0.1", metrics_port=0,
+                                    health_port=0, webhook_port=0, stale_check_interval=0.2,
+                                    status_flush_interval=0.1, rate_per_pod=50.0, rate_burst=50)
+    settings.update(overrides)
+    return OperatorConfig(**settings)
+
+
+@dataclass
+class Sidecar:
+    """Stands in for the injected sidecar: reads the live interface with the core's reader and
+    posts the observation to the operator over HTTPS with the pod's token."""
+
+    url: str
+    token: str
+    tls: TlsFiles
+    answers: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+
+    async def observe(self, mcp_url: str) -> Observation:
+        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        try:
+            result = await read_interface(mcp_url, timeout=10)
+        except InterfaceError as error:  # a duplicate tool name, a malformed list
+            return Observation.of_failure(FailureReason.INTERFACE_INVALID, str(error), now)
+        except ReaderError as error:
+            return Observation.of_failure(FailureReason.SERVER_UNREACHABLE, str(error), now)
+        return Observation.of_interface(result.interface, now)
+
+    async def probe(self, mcp_url: str) -> tuple[int, dict[str, Any]]:
+        return await self.post((await self.observe(mcp_url)).to_dict())
+
+    async def post(self, body: Any, *, raw: bytes | None = None, token: str | None = None) -> tuple[int, dict[str, Any]]:
+        headers = {"Authorization": f"Bearer {token if token is not None else self.token}",
+                   "Content-Type": "application/json"}
+        connector = aiohttp.TCPConnector(ssl=self.tls.client_context())
+        async with aiohttp.ClientSession(connector=connector) as session:
+            async with session.post(f"{self.url}/v1/reports", json=body if raw is None else None, data=raw,
+                                    headers=headers) as response:
+                answer = (response.status, await response.json(content_type=None))
+        self.answers.append(answer)
+        return answer
