@@ -148,7 +148,7 @@ class _ListMethod:
     method: str
     list_key: str
     capability: str
-    request: type[types.PaginatedRequest[Any]]
+    request: Callable[..., Any]  # the SDK's request model, called with params=
     optional: bool = False  # a server may announce the capability without serving the method
 
 
@@ -637,8 +637,8 @@ async def _open(stack: AsyncExitStack, wire: _Wire, options: _Options) -> LiveSe
                 logger.exception("on_list_changed callback raised")
 
     session = ClientSession(
-        _TappedReadStream(read_stream, wire),  # type: ignore[arg-type]
-        _TappedWriteStream(write_stream, wire),  # type: ignore[arg-type]
+        _TappedReadStream(read_stream, wire),
+        _TappedWriteStream(write_stream, wire),
         message_handler=handler,
         client_info=types.Implementation(name="lockstep", version=_version()),
     )

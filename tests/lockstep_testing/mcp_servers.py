@@ -63,6 +63,7 @@ from mcp.server import MCPServer, NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.server.sse import SseServerTransport
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -257,8 +258,11 @@ class MutableServer:
             # The SDK re-validates results and drops unknown fields, so the handler answers an
             # empty page with a token and _ExactWire puts the exact page on the wire instead.
             token = str(next(_tokens))
-            self._exact[token] = json.dumps({**self._page(list_key, cursor), **self.result_extra}).encode()
-            return {list_key: [], "_meta": {_EXACT_KEY: token}}
+            page = self._page(list_key, cursor)
+            if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:  # 2026-07-28 requires cache hints
+                page = {**page, **_MODERN_RESULT_FIELDS}
+            self._exact[token] = json.dumps({**page, **self.result_extra}).encode()
+            return {list_key: [], **_MODERN_RESULT_FIELDS, "_meta": {_EXACT_KEY: token}}
 
         return handle
 
@@ -281,6 +285,7 @@ class MutableServer:
 
 
 _EXACT_KEY = "dev.lockstep.test/exact"
+_MODERN_RESULT_FIELDS = {"resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
 _tokens = itertools.count(1)
 
 
@@ -313,35 +318,57 @@ def _sse_app(server: Server[Any]) -> Starlette:
 
 
 class _ExactWire:
-    """ASGI middleware that swaps a tokened list result for the exact page, in event streams.
+    """ASGI middleware that swaps a tokened list result for the exact page on the wire.
 
-    Both transports send server messages as SSE events (one ``send`` per event), each
-    JSON-RPC message on one ``data:`` line.
+    Server messages travel as SSE events (one ``send`` per event, each JSON-RPC message
+    on one ``data:`` line) or, in the 2026-07-28 era, as one JSON body (held back with
+    its response start, so that the content length can be fixed).
     """
 
     def __init__(self, app: ASGIApp, exact: dict[str, bytes]) -> None:
         self.app, self.exact = app, exact
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        held: list[Any] = []
+
         async def send_exact(message: Any) -> None:
-            if message["type"] == "http.response.body" and _EXACT_KEY.encode() in message.get("body", b""):
-                message = {**message, "body": self._rewrite(message["body"])}
+            if message["type"] == "http.response.start" and _is_json(message):
+                held.append(message)
+                return
+            if message["type"] == "http.response.body" and held:
+                body = self._rewrite_json(message.get("body", b""))
+                start = held.pop()
+                headers = [(k, v) for k, v in start["headers"] if k.lower() != b"content-length"]
+                await send({**start, "headers": [*headers, (b"content-length", str(len(body)).encode())]})
+                message = {**message, "body": body}
+            elif message["type"] == "http.response.body" and _EXACT_KEY.encode() in message.get("body", b""):
+                message = {**message, "body": self._rewrite_events(message["body"])}
             await send(message)
 
         await self.app(scope, receive, send_exact)
 
-    def _rewrite(self, body: bytes) -> bytes:
+    def _rewrite_events(self, body: bytes) -> bytes:
         lines = body.split(b"\n")
         for index, line in enumerate(lines):
-            if not line.startswith(b"data:"):
-                continue
-            end = b"\r" if line.endswith(b"\r") else b""
-            envelope = json.loads(line[5 : len(line) - len(end)])
-            token = ((envelope.get("result") or {}).get("_meta") or {}).get(_EXACT_KEY)
-            if token in self.exact:
-                head = b'{"jsonrpc": "2.0", "id": ' + json.dumps(envelope["id"]).encode()
-                lines[index] = b"data: " + head + b', "result": ' + self.exact.pop(token) + b"}" + end
+            if line.startswith(b"data:"):
+                end = b"\r" if line.endswith(b"\r") else b""
+                lines[index] = b"data: " + self._rewrite_json(line[5 : len(line) - len(end)].strip()) + end
         return b"\n".join(lines)
+
+    def _rewrite_json(self, text: bytes) -> bytes:
+        if _EXACT_KEY.encode() not in text:
+            return text
+        envelope = json.loads(text)
+        token = ((envelope.get("result") or {}).get("_meta") or {}).get(_EXACT_KEY)
+        if token not in self.exact:
+            return text
+        head = b'{"jsonrpc": "2.0", "id": ' + json.dumps(envelope["id"]).encode()
+        return head + b', "result": ' + self.exact.pop(token) + b"}"
+
+
+def _is_json(start: Any) -> bool:
+    headers = {key.lower(): value for key, value in start.get("headers", [])}
+    return headers.get(b"content-type", b"").startswith(b"application/json")
 
 
 class _RecordHeaders:
