@@ -30,6 +30,7 @@ from lockstep.core.revision import Revision
 from lockstep.core.severity import (
     Severity,
     annotation_risks,
+    gain_reasons,
     gained_signals,
     json_equal,
     schema_widenings,
@@ -250,8 +251,8 @@ def _added(component: Component) -> Finding:
     kind = component.kind
     rated: list[Rated] = [(Severity.HIGH, "new tool") if kind is ComponentKind.TOOL
                           else (Severity.MEDIUM, f"new {kind.value}")]
-    rated += [(Severity.HIGH, gain.reason(_label(kind, gain.pointer)))
-              for gain in gained_signals(None, component.definition)]
+    rated += [(Severity.HIGH, reason) for reason in gain_reasons(
+        gained_signals(None, component.definition), lambda pointer: _label(kind, pointer))]
     return _finding(kind, component.name, Change.ADDED, (), rated,
                     [FieldChange("", Change.ADDED, new=component.definition)])
 
@@ -273,8 +274,8 @@ def _changed(old: Component, new: Component) -> Finding:
         fields: tuple[str, ...] = (old.kind.value,)
     else:
         fields = tuple(sorted({_top_field(change.pointer) for change in details}))
-    rated: list[Rated] = [(Severity.HIGH, gain.reason(_label(new.kind, gain.pointer)))
-                          for gain in gained_signals(old.definition, new.definition)]
+    rated: list[Rated] = [(Severity.HIGH, reason) for reason in gain_reasons(
+        gained_signals(old.definition, new.definition), lambda pointer: _label(new.kind, pointer))]
     explained: set[str] = set()
     if new.kind is ComponentKind.TOOL and isinstance(old.definition, dict) and isinstance(new.definition, dict):
         risks = annotation_risks(old.definition.get("annotations"), new.definition.get("annotations"))

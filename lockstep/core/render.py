@@ -75,7 +75,7 @@ def _finding_lines(finding: Finding, painter: _Painter) -> list[str]:
     change = finding.change.value
     severity = finding.severity.value
     instructions = finding.kind.value == "instructions"
-    ref = "instructions" if instructions else f"{finding.kind.value}/{visible(finding.name)}"
+    ref = "instructions" if instructions else f"{finding.kind.value}/{visible(finding.name, lookalikes=True)}"
     header = f"{_SYMBOLS[change]} {ref} " + painter.paint(f"[{severity}]", _SEVERITY_COLORS[severity])
     if finding.fields and not instructions:
         header += " " + ", ".join(finding.fields)

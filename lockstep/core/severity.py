@@ -20,7 +20,7 @@ from __future__ import annotations
 import enum
 import re
 import unicodedata
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +29,7 @@ __all__ = [
     "Severity",
     "TextSignal",
     "annotation_risks",
+    "gain_reasons",
     "gained_signals",
     "hidden_characters",
     "json_equal",
@@ -94,21 +95,33 @@ class TextSignal:
     category: SignalCategory
     token: str
 
-    def describe(self) -> str:
-        """The phrase that follows "gains" in a finding's reason."""
-        if self.category is SignalCategory.INVISIBLE:
-            return f"invisible Unicode {self.token}"
-        if self.category is SignalCategory.BIDI:
-            return f"bidirectional control {self.token}"
-        if self.category is SignalCategory.TAG:
-            return f"Unicode tag characters hiding {_quote(self.token)}"
+    @property
+    def noun(self) -> str:
+        """What kind of thing was gained, as it reads after "gains"."""
+        return _NOUNS[self.category]
+
+    @property
+    def detail(self) -> str:
+        """Which one, printable (hidden characters spelled out)."""
+        if self.category in (SignalCategory.TAG, SignalCategory.INSTRUCTION):
+            return _quote(self.token)
         if self.category is SignalCategory.CONFUSABLE:
-            return f"look-alike characters in {_quote(visible(self.token))} ({_lookalike_names(self.token)})"
-        if self.category is SignalCategory.MARKUP:
-            return f"markup {self.token}"
-        if self.category is SignalCategory.INSTRUCTION:
-            return f"instruction-like text {_quote(self.token)}"
-        return f"URL {self.token}"
+            return f"{_quote(visible(self.token))} ({_lookalike_names(self.token)})"
+        return visible(self.token)
+
+    def describe(self) -> str:
+        return f"{self.noun} {self.detail}"
+
+
+_NOUNS = {
+    SignalCategory.INVISIBLE: "invisible Unicode",
+    SignalCategory.BIDI: "bidirectional control",
+    SignalCategory.TAG: "Unicode tag characters hiding",
+    SignalCategory.CONFUSABLE: "look-alike characters in",
+    SignalCategory.MARKUP: "markup",
+    SignalCategory.INSTRUCTION: "instruction-like text",
+    SignalCategory.URL: "URL",
+}
 
 
 #: Instruction-like text aimed at the model, as (label, pattern). Patterns match
@@ -223,12 +236,30 @@ def _is_emoji_part(char: str) -> bool:
     return unicodedata.category(char) == "So" or ord(char) in _EMOJI_VARIATION
 
 
-def visible(text: str) -> str:
-    """``text`` with every hidden character spelled out as ``<U+XXXX>``, safe to print for review."""
-    hidden = {index for index, _ in hidden_characters(text)}
-    if not hidden:
+def visible(text: str, *, lookalikes: bool = False) -> str:
+    """``text`` safe to print for review: every hidden character spelled out as ``<U+XXXX>``,
+    a run of tag characters as ``<TAG 'decoded text'>``, and with ``lookalikes`` also the
+    look-alike letters (for names, which a reviewer compares character by character)."""
+    hidden = dict(hidden_characters(text))
+    if not hidden and not (lookalikes and any(_is_lookalike(char) for char in text)):
         return text
-    return "".join(f"<U+{ord(char):04X}>" if index in hidden else char for index, char in enumerate(text))
+    parts: list[str] = []
+    tags: list[str] = []
+    for index, char in enumerate(text):
+        if hidden.get(index) is SignalCategory.TAG:
+            code = ord(char)
+            tags.append(chr(code - 0xE0000) if 0xE0020 <= code <= 0xE007E else "")
+            continue
+        if tags:
+            parts.append(f"<TAG {_quote(''.join(tags), 200)}>")
+            tags = []
+        if index in hidden or (lookalikes and _is_lookalike(char)):
+            parts.append(f"<U+{ord(char):04X}>")
+        else:
+            parts.append(char)
+    if tags:
+        parts.append(f"<TAG {_quote(''.join(tags), 200)}>")
+    return "".join(parts)
 
 
 def _lookalike_names(word: str) -> str:
@@ -365,6 +396,15 @@ class GainedSignal:
 
     def reason(self, label: str) -> str:
         return f"{label} gains {self.signal.describe()}"
+
+
+def gain_reasons(gains: Sequence[GainedSignal], label: Callable[[str], str]) -> list[str]:
+    """One reason per place and kind of signal: "description gains invisible Unicode U+200B, U+2060"."""
+    grouped: dict[tuple[str, SignalCategory], list[str]] = {}
+    for gain in gains:
+        grouped.setdefault((gain.pointer, gain.signal.category), []).append(gain.signal.detail)
+    return [f"{label(pointer)} gains {_NOUNS[category]} {', '.join(details)}"
+            for (pointer, category), details in grouped.items()]
 
 
 def _definition_signals(definition: Any) -> tuple[dict[TextSignal, int], dict[TextSignal, str]]:

@@ -123,3 +123,15 @@ def test_json_form_is_serialisable_and_carries_details() -> None:
         "details"]
     assert {"pointer": "/inputSchema/required/1", "change": "removed", "old": "units"} in forecast["details"]
     assert set(findings[0].to_dict()) == {"kind", "name", "change", "fields", "severity", "reasons"}
+
+
+def test_lookalike_letters_in_names_and_tag_runs_are_spelled_out() -> None:
+    schema = {"type": "object"}
+    old = Interface.from_document({"tools": [{"name": "read_file", "inputSchema": schema}]})
+    new = Interface.from_document({"tools": [{"name": "re\u0430d_file", "inputSchema": schema,
+                                              "description": "Reads." + "".join(chr(0xE0000 + ord(c)) for c in "hi")}]})
+    headers = [line for line in render_text(diff_interfaces(old, new)).splitlines() if not line.startswith(" ")]
+    assert headers == ["+ tool/re<U+0430>d_file [high]", "- tool/read_file [medium]"]
+    text = render_text(diff_interfaces(old, new))
+    assert "    + /description: Reads.<TAG 'hi'>" in text.splitlines()
+    assert "  * description gains Unicode tag characters hiding 'hi'" in text.splitlines()
