@@ -189,6 +189,12 @@ _LOOKALIKES: dict[str, str] = {
 _WORD = re.compile(r"[^\W\d_]+")
 _TAG_MARKUP = re.compile(r"<\s*/?\s*([A-Za-z][A-Za-z0-9_:-]{0,40})(\s[^<>]{0,300})?/?\s*>")
 _HTML_COMMENT = re.compile(r"<!--")
+_KNOWN_TAGS = frozenset({
+    "important", "system", "instructions", "instruction", "assistant", "user", "human", "admin", "secret",
+    "hidden", "context", "prompt", "tool", "tools", "thinking", "note", "a", "img", "iframe", "script", "style",
+    "div", "span", "p", "br", "b", "i", "u", "em", "strong", "details", "summary", "svg", "object", "embed",
+    "form", "input", "meta", "link", "html", "body", "head", "code", "pre",
+})
 _MARKDOWN_LINK = re.compile(r"(!?)\[[^\]\n]{0,300}\]\(\s*([^)\s]{1,500})[^)]{0,300}\)")
 _URL = re.compile(r"\b(?:[a-z][a-z0-9+.-]{1,15}://|www\.)[^\s<>\"'`)\]}]+", re.IGNORECASE)
 _SCHEME_URL = re.compile(r"\b(?:javascript|data|vbscript):[^\s<>\"'`)\]}]{2,}", re.IGNORECASE)
@@ -336,9 +342,24 @@ def text_signals(text: str) -> dict[TextSignal, int]:
     return signals
 
 
-def _once_signals(text: str) -> Iterator[TextSignal]:
+def _markup_tags(text: str) -> Iterator[str]:
+    """Tag names that are markup, not a placeholder such as ``<revision>:<path>``.
+
+    A tag counts when it is closed somewhere (``<x>...</x>``), self-closing, carries
+    attributes, is itself a closing tag, or is a known HTML or prompt-structure tag.
+    """
+    closed = {match.group(1).lower() for match in _TAG_MARKUP.finditer(text) if match.group().startswith("</")}
     for match in _TAG_MARKUP.finditer(text):
-        yield TextSignal(SignalCategory.MARKUP, f"<{match.group(1).lower()}>")
+        name = match.group(1).lower()
+        whole = match.group()
+        if (name in closed or name in _KNOWN_TAGS or whole.startswith("</") or whole.rstrip().endswith("/>")
+                or "=" in (match.group(2) or "")):
+            yield name
+
+
+def _once_signals(text: str) -> Iterator[TextSignal]:
+    for name in _markup_tags(text):
+        yield TextSignal(SignalCategory.MARKUP, f"<{name}>")
     if _HTML_COMMENT.search(text):
         yield TextSignal(SignalCategory.MARKUP, "<!-- comment -->")
     for match in _MARKDOWN_LINK.finditer(text):
@@ -492,6 +513,7 @@ _ANNOTATION_KEYWORDS = frozenset({
 })
 _UPPER_BOUNDS = frozenset({"maximum", "exclusiveMaximum", "maxLength", "maxItems", "maxProperties", "maxContains"})
 _LOWER_BOUNDS = frozenset({"minimum", "exclusiveMinimum", "minLength", "minItems", "minProperties", "minContains"})
+_NUMERIC_BOUNDS = frozenset({"maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum"})
 _SCHEMA_MAPS = frozenset({"properties", "patternProperties", "dependentSchemas"})
 _DEFINITION_MAPS = frozenset({"$defs", "definitions"})
 _SCHEMA_SINGLES = frozenset({"items", "additionalItems", "contains", "propertyNames", "unevaluatedItems",
@@ -596,9 +618,57 @@ def _dict_of(schema: dict[str, Any], keyword: str) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _bound_widenings(old: dict[str, Any], new: dict[str, Any], where: str) -> list[str]:
+Bound = tuple[float, bool]  # (value, exclusive)
+
+
+def _numeric_bound(schema: dict[str, Any], upper: bool) -> Bound | None:
+    """The effective bound of a number: ``exclusiveMaximum: 10`` on an integer is ``maximum: 9``.
+
+    Reads both the 2019+ form (exclusiveMaximum is a number) and the draft-4 form
+    (exclusiveMaximum is a boolean modifier of maximum).
+    """
+    inclusive_key, exclusive_key = ("maximum", "exclusiveMaximum") if upper else ("minimum", "exclusiveMinimum")
+    inclusive, exclusive = schema.get(inclusive_key), schema.get(exclusive_key)
+    candidates: list[Bound] = []
+    if _is_number(inclusive):
+        candidates.append((inclusive, exclusive is True))
+    if _is_number(exclusive):
+        candidates.append((exclusive, True))
+    if not candidates:
+        return None
+    if _types(schema) == {"integer"}:
+        step = -1 if upper else 1
+        candidates = [(value + step, False) if is_exclusive and float(value).is_integer() else (value, is_exclusive)
+                      for value, is_exclusive in candidates]
+    # The tightest: lowest upper bound (exclusive first on a tie), highest lower bound.
+    if upper:
+        return min(candidates, key=lambda bound: (bound[0], not bound[1]))
+    return max(candidates, key=lambda bound: (bound[0], bound[1]))
+
+
+def _numeric_bound_widenings(old: dict[str, Any], new: dict[str, Any], where: str) -> list[str]:
     reasons = []
-    for keyword in sorted((_UPPER_BOUNDS | _LOWER_BOUNDS) & old.keys()):
+    for upper, name in ((True, "maximum"), (False, "minimum")):
+        before, after = _numeric_bound(old, upper), _numeric_bound(new, upper)
+        if before is None:
+            continue
+        if after is None:
+            reasons.append(f"{where}/{name} removed (was {_bound_text(before, upper)})")
+            continue
+        looser = after[0] > before[0] if upper else after[0] < before[0]
+        if looser or (after[0] == before[0] and before[1] and not after[1]):
+            reasons.append(f"{where}/{name} loosened: {_bound_text(before, upper)} -> {_bound_text(after, upper)}")
+    return reasons
+
+
+def _bound_text(bound: Bound, upper: bool) -> str:
+    operator = ("<" if bound[1] else "<=") if upper else (">" if bound[1] else ">=")
+    return f"{operator} {_json_scalar(bound[0])}"
+
+
+def _bound_widenings(old: dict[str, Any], new: dict[str, Any], where: str) -> list[str]:
+    reasons = _numeric_bound_widenings(old, new, where)
+    for keyword in sorted(((_UPPER_BOUNDS | _LOWER_BOUNDS) - _NUMERIC_BOUNDS) & old.keys()):
         before, after = old[keyword], new.get(keyword)
         if keyword not in new:
             reasons.append(f"{where}/{keyword} removed (was {_json_scalar(before)})")

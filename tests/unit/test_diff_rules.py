@@ -62,6 +62,11 @@ def prop_with(name: str, **changes: Any) -> dict[str, Any]:
     return schema
 
 
+def days_as(days: dict[str, Any]) -> dict[str, Any]:
+    """BASE_SCHEMA with the "days" property replaced whole."""
+    return schema_with(properties={**BASE_SCHEMA["properties"], "days": days})
+
+
 # --------------------------------------------------------------------------- Severity
 
 def test_severity_orders_by_rank_not_alphabet() -> None:
@@ -184,6 +189,8 @@ def test_one_more_hidden_character_is_a_gain() -> None:
     "Погода в городе",                    # a whole word in Cyrillic is not a look-alike
     "Le café est fermé",                  # Latin with accents
     "Returns a JSON object",
+    "Shows a file given as <revision>:<path>",  # placeholders, not markup
+    "List<String> of names",
 ])
 def test_legitimate_text_has_no_signals(text: str) -> None:
     assert text_signals(text) == {}
@@ -252,8 +259,8 @@ WIDENED = [
     ("integer to number", prop_with("days", type="number"), "type widened from integer to number"),
     ("maxLength removed", prop_with("city", maxLength=None), "maxLength removed (was 64)"),
     ("maxLength raised", prop_with("city", maxLength=128), "maxLength loosened: 64 -> 128"),
-    ("maximum raised", prop_with("days", maximum=30), "maximum loosened: 7 -> 30"),
-    ("minimum lowered", prop_with("days", minimum=0), "minimum loosened: 1 -> 0"),
+    ("maximum raised", prop_with("days", maximum=30), "maximum loosened: <= 7 -> <= 30"),
+    ("minimum lowered", prop_with("days", minimum=0), "minimum loosened: >= 1 -> >= 0"),
     ("minItems removed", prop_with("tags", minItems=None), "minItems removed"),
     ("nested pattern removed", prop_with("tags", items={"type": "string"}), "items/pattern removed"),
     ("format removed", schema_with(properties={**BASE_SCHEMA["properties"],
@@ -293,6 +300,34 @@ def test_narrowed_or_restated_input_schema_is_medium(case: str, schema: dict[str
     finding = one_finding(tool(), tool(inputSchema=schema))
     assert finding.severity is Severity.MEDIUM, finding.reasons
     assert finding.fields == ("inputSchema",)
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ({"type": "integer", "exclusiveMaximum": 1000000, "exclusiveMinimum": 0},
+     {"type": "integer", "maximum": 999999, "minimum": 1}),
+    ({"type": "number", "maximum": 10, "exclusiveMaximum": True}, {"type": "number", "exclusiveMaximum": 10}),
+    ({"type": "number", "maximum": 10}, {"type": "number", "maximum": 5}),
+])
+def test_equivalent_or_tighter_numeric_bounds_are_not_widening(old: dict[str, Any], new: dict[str, Any]) -> None:
+    finding = one_finding(tool(inputSchema=days_as(old)), tool(inputSchema=days_as(new)))
+    assert finding.severity is Severity.MEDIUM, finding.reasons
+
+
+@pytest.mark.parametrize(("old", "new", "reason"), [
+    ({"type": "number", "exclusiveMaximum": 10}, {"type": "number", "maximum": 10}, "maximum loosened: < 10 -> <= 10"),
+    ({"type": "integer", "exclusiveMinimum": 0}, {"type": "integer", "minimum": 0}, "minimum loosened: >= 1 -> >= 0"),
+    ({"type": "integer", "exclusiveMaximum": 5}, {"type": "integer"}, "maximum removed (was <= 4)"),
+])
+def test_looser_numeric_bounds_are_widening(old: dict[str, Any], new: dict[str, Any], reason: str) -> None:
+    finding = one_finding(tool(inputSchema=days_as(old)), tool(inputSchema=days_as(new)))
+    assert finding.severity is Severity.HIGH
+    assert any(reason in r for r in finding.reasons), finding.reasons
+
+
+def test_markup_needs_a_closing_tag_attributes_or_a_known_tag() -> None:
+    markup = {s.token for s in text_signals("<note>x</note> <foo bar='1'> <br/> <IMPORTANT> <file>")
+              if s.category.value == "markup"}
+    assert markup == {"<note>", "<foo>", "<br>", "<important>"}
 
 
 def test_output_schema_changes_are_medium_even_when_wider() -> None:
