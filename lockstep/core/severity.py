@@ -22,7 +22,7 @@ import re
 import unicodedata
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = [
     "INSTRUCTION_PHRASES",
@@ -683,7 +683,7 @@ def _bound_widenings(old: dict[str, Any], new: dict[str, Any], where: str) -> li
     return reasons
 
 
-def _is_number(value: Any) -> bool:
+def _is_number(value: Any) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
