@@ -31,8 +31,7 @@ def test_every_rendered_object_matches_its_schema(render, values: dict[str, Any]
 def test_all_toggles_render_their_objects(render) -> None:
     objects = render(ALL_ON)
     kinds = {o["kind"] for o in objects}
-    assert {"ServiceMonitor", "PrometheusRule", "Certificate", "Issuer", "ConfigMap", "PodDisruptionBudget",
-            "ClusterKopfPeering"} <= kinds
+    assert {"ServiceMonitor", "PrometheusRule", "Certificate", "Issuer", "ConfigMap", "ClusterKopfPeering"} <= kinds
     assert not find(objects, "Secret"), "with cert-manager the chart must not write the TLS Secret itself"
     validated = {validate_object(obj, CRDS) for obj in objects}
     assert validated == {"kubernetes", "crd", "vendored"}

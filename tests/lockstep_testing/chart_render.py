@@ -21,7 +21,7 @@ ALL_ON: dict[str, Any] = {
                 "prometheusRule": {"enabled": True, "additionalLabels": {"team": "platform"}}},
     "dashboard": {"enabled": True, "annotations": {"grafana_folder": "Lockstep"}},
     "tls": {"certManager": {"enabled": True}},
-    "operator": {"podDisruptionBudget": {"enabled": True}, "priorityClassName": "system-cluster-critical",
+    "operator": {"priorityClassName": "system-cluster-critical", "watchNamespaces": [],
                  "extraEnv": [{"name": "EXTRA", "value": "1"}], "podAnnotations": {"a": "b"}},
     "serviceAccount": {"annotations": {"example.com/role": "lockstep"}},
     "imagePullSecrets": [{"name": "registry"}],

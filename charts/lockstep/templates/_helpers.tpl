@@ -209,15 +209,15 @@ Rules for the namespaced API calls of the operator. Keep in step with the operat
 tests/chart/test_rbac.py derives the same list from operator/*.py.
 */}}
 {{- define "lockstep.rbac.namespacedRules" -}}
-# Watch MCPServerInterfaces; kopf patches the object for its progress annotations and finalizer.
+# Watch MCPServerInterfaces (kopf), list them to resync and to bind a pod at admission.
 - apiGroups: ["lockstep.dev"]
   resources: ["mcpserverinterfaces"]
-  verbs: ["get", "list", "watch", "patch"]
-# Write the observed state and conditions.
+  verbs: ["list", "watch"]
+# Write the observed revisions, pod counts and conditions.
 - apiGroups: ["lockstep.dev"]
   resources: ["mcpserverinterfaces/status"]
   verbs: ["patch"]
-# Find the pods an MCPServerInterface selects and the pod a report comes from.
+# Watch the pods, list them to resync, read the pod a report comes from.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"]
@@ -225,10 +225,10 @@ tests/chart/test_rbac.py derives the same list from operator/*.py.
 - apiGroups: [""]
   resources: ["pods/status"]
   verbs: ["patch"]
-# Record drift and verification as Events.
-- apiGroups: ["", "events.k8s.io"]
+# Record drift, verification and admission problems as Events.
+- apiGroups: [""]
   resources: ["events"]
-  verbs: ["create", "patch"]
+  verbs: ["create"]
 {{- end }}
 
 {{/*
@@ -238,7 +238,9 @@ parses these arguments with the operator's own click command.
 */}}
 {{- define "lockstep.operator.args" -}}
 - operator
-- --log-level={{ .Values.logLevel }}
+{{- if eq .Values.logLevel "debug" }}
+- --verbose
+{{- end }}
 {{- range .Values.operator.watchNamespaces }}
 - --namespace={{ . }}
 {{- end }}
@@ -249,6 +251,10 @@ parses these arguments with the operator's own click command.
 - --own-namespace={{ include "lockstep.namespace" . }}
 - --sidecar-image={{ include "lockstep.sidecar.image" . }}
 - --sidecar-resources={{ .Values.sidecar.resources | toJson }}
+- --token-expiration={{ int .Values.sidecar.tokenExpirationSeconds }}
+- --body-limit={{ int .Values.operator.reports.bodyLimitBytes }}
+- --rate-per-pod={{ .Values.operator.reports.ratePerPod }}
+- --rate-burst={{ int .Values.operator.reports.rateBurst }}
 {{- if .Values.operator.peering.enabled }}
 - --peering={{ include "lockstep.peering.name" . }}
 {{- end }}

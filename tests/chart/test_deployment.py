@@ -1,0 +1,130 @@
+"""The operator Deployment: arguments the real `lockstep operator` command accepts, the TLS files it
+names mounted from the Secret, restricted pod security, probes and placement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+import pytest
+
+from lockstep.cli import cli
+from lockstep_testing.chart_render import ALL_ON, NAMESPACE, NAMESPACED, one
+
+SCENARIOS = {"defaults": {}, "all-on": ALL_ON, "namespaced": NAMESPACED,
+             "debug": {"logLevel": "debug", "operator": {"replicaCount": 1, "peering": {"enabled": False}}}}
+
+
+def operator_container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    return next(c for c in pod["containers"] if c["name"] == "operator")
+
+
+def parse_operator_args(args: list[str]) -> dict[str, Any]:
+    """Parse the container's arguments with the operator's own click command (not invoking it)."""
+    assert args[0] == "operator"
+    group_context = click.Context(cli)
+    command = cli.get_command(group_context, "operator")
+    assert command is not None and command.callback is not None
+    assert "not available" not in (command.short_help or ""), "lockstep.operator.cli did not import"
+    with command.make_context("operator", list(args[1:])) as context:
+        return dict(context.params)
+
+
+@pytest.mark.parametrize("values", SCENARIOS.values(), ids=SCENARIOS.keys())
+def test_the_operator_command_accepts_the_charts_arguments(render, values: dict[str, Any]) -> None:
+    params = parse_operator_args(operator_container(render(values))["args"])
+    assert params["tls_cert"] and params["tls_key"] and params["operator_ca_path"]
+    assert params["own_namespace"] == NAMESPACE
+    assert params["report_url"] == f"https://demo-lockstep-reports.{NAMESPACE}.svc:8443"
+
+
+def test_arguments_carry_the_values(render) -> None:
+    params = parse_operator_args(operator_container(render(NAMESPACED))["args"])
+    assert params["namespaces"] == ("agents", "tools")
+    assert params["peering_name"] == "demo-lockstep"
+    assert params["sidecar_resources"] == {"limits": {"memory": "96Mi"}, "requests": {"cpu": "10m", "memory": "48Mi"}}
+    assert params["sidecar_image"] == "ghcr.io/lockstep-dev/lockstep:0.1.0"
+    assert params["token_expiration_seconds"] == 3600 and params["rate_burst"] == 10
+    debug = parse_operator_args(operator_container(render(SCENARIOS["debug"]))["args"])
+    assert debug["verbose"] is True and debug["peering_name"] is None
+
+
+def test_a_pinned_digest_reaches_operator_and_sidecar_images(render) -> None:
+    container = operator_container(render(ALL_ON))
+    digest = ALL_ON["image"]["digest"]
+    assert container["image"] == f"ghcr.io/lockstep-dev/lockstep@{digest}"
+    assert parse_operator_args(container["args"])["sidecar_image"] == container["image"]
+
+
+def test_an_unknown_flag_is_refused_by_the_parser() -> None:
+    """The check above can fail: a flag the operator does not have is a usage error."""
+    with pytest.raises(click.UsageError, match="(?i)no such option"):
+        parse_operator_args(["operator", "--log-level=info"])
+
+
+def test_tls_files_named_in_arguments_come_from_the_tls_secret(render) -> None:
+    objects = render()
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    container = operator_container(objects)
+    mount = next(m for m in container["volumeMounts"] if m["name"] == "tls")
+    volume = next(v for v in pod["volumes"] if v["name"] == "tls")
+    secret = one(objects, "Secret", volume["secret"]["secretName"])
+    params = parse_operator_args(container["args"])
+    for path in (params["tls_cert"], params["tls_key"], params["operator_ca_path"]):
+        directory, _, key = path.rpartition("/")
+        assert directory == mount["mountPath"] and key in secret["data"], path
+
+
+def test_the_pod_meets_the_restricted_pod_security_standard(render) -> None:
+    objects = render(ALL_ON)
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    for container in pod["containers"]:
+        context = container["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False
+        assert context["capabilities"]["drop"] == ["ALL"]
+        assert context["readOnlyRootFilesystem"] is True
+    assert not any(v.get("hostPath") for v in pod["volumes"])
+    assert not pod.get("hostNetwork") and not pod.get("hostPID")
+
+
+def test_probes_liveness_on_kopf_health_and_readiness_on_leadership(render) -> None:
+    container = operator_container(render())
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"reports": 8443, "webhooks": 9443, "metrics": 8080, "health": 8081}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "reports", "scheme": "HTTPS"}
+
+
+def test_two_replicas_spread_over_nodes_and_zones_with_peering(render) -> None:
+    objects = render()
+    deployment = one(objects, "Deployment")
+    assert deployment["spec"]["replicas"] == 2
+    spread = deployment["spec"]["template"]["spec"]["topologySpreadConstraints"]
+    assert {c["topologyKey"] for c in spread} == {"kubernetes.io/hostname", "topology.kubernetes.io/zone"}
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert all(c["labelSelector"]["matchLabels"] == selector for c in spread)
+    env = {e["name"]: e for e in operator_container(objects)["env"]}
+    assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    peering = one(objects, "ClusterKopfPeering")
+    assert parse_operator_args(operator_container(objects)["args"])["peering_name"] == peering["metadata"]["name"]
+
+
+def test_services_route_to_the_operator_ports(render) -> None:
+    objects = render()
+    selector = one(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    expected = {"demo-lockstep-webhook": (443, "webhooks"), "demo-lockstep-reports": (8443, "reports"),
+                "demo-lockstep-metrics": (8080, "metrics")}
+    for name, (port, target) in expected.items():
+        service = one(objects, "Service", name)
+        assert service["spec"]["selector"].items() <= selector.items()
+        assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(port, target)]
+
+
+def test_sidecar_resources_reach_the_operator_as_json(chart, render) -> None:
+    values = {"sidecar": {"resources": {"requests": {"cpu": "5m"}}}}
+    params = parse_operator_args(operator_container(render(values))["args"])
+    assert params["sidecar_resources"]["requests"]["cpu"] == "5m"
+    assert params["sidecar_resources"] == chart.merge_values(values)["sidecar"]["resources"]

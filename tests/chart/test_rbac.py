@@ -1,0 +1,82 @@
+"""The chart's RBAC grants exactly the API calls the operator's code makes, plus what kopf itself needs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lockstep_testing.api_calls import ApiCall, calls_in_source
+from lockstep_testing.chart_render import NAMESPACE, NAMESPACED, REPO, find, one
+
+OPERATOR_SOURCES = sorted((REPO / "operator").glob("*.py"))
+
+#: What kopf 1.45 calls by itself (kopf/_core/reactor/observation.py and engines/peering.py).
+KOPF_SCANNING = {ApiCall("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in ("list", "watch")}
+KOPF_NAMESPACES = {ApiCall("", "namespaces", verb) for verb in ("list", "watch")}
+
+
+def kopf_peering(plural: str) -> set[ApiCall]:
+    return {ApiCall("kopf.dev", plural, verb) for verb in ("list", "watch", "patch")}
+
+
+def granted(rules: list[dict[str, Any]]) -> set[ApiCall]:
+    return {ApiCall(group, resource, verb) for rule in rules for group in rule["apiGroups"]
+            for resource in rule["resources"] for verb in rule["verbs"]}
+
+
+@pytest.fixture(scope="module")
+def code_calls() -> set[ApiCall]:
+    return calls_in_source(OPERATOR_SOURCES)
+
+
+def test_the_scan_finds_the_operators_calls(code_calls: set[ApiCall]) -> None:
+    """A scan that finds nothing would make the exact-match tests below pass trivially."""
+    assert {ApiCall("", "pods/status", "patch"), ApiCall("authentication.k8s.io", "tokenreviews", "create"),
+            ApiCall("lockstep.dev", "mcpserverinterfaces", "watch")} <= code_calls
+
+
+def test_cluster_wide_rbac_is_exactly_what_the_code_calls(render, code_calls: set[ApiCall]) -> None:
+    objects = render()
+    expected = {c for c in code_calls if c.resource != "kopfpeerings"} | KOPF_SCANNING \
+        | kopf_peering("clusterkopfpeerings")
+    roles = find(objects, "ClusterRole")
+    assert granted([rule for role in roles for rule in role["rules"]]) == expected
+    bound = {b["roleRef"]["name"] for b in find(objects, "ClusterRoleBinding")}
+    assert bound == {role["metadata"]["name"] for role in roles}
+    assert not find(objects, "Role") and not find(objects, "RoleBinding")
+
+
+def test_namespaced_rbac_binds_namespaced_rules_only_in_the_watched_namespaces(render, code_calls) -> None:
+    objects = render(NAMESPACED)
+    cluster_role = one(objects, "ClusterRole", "demo-lockstep-operator-cluster")
+    namespaced_role = one(objects, "ClusterRole", "demo-lockstep-operator")
+    expected = {c for c in code_calls if c.resource != "clusterkopfpeerings"} | KOPF_SCANNING | KOPF_NAMESPACES \
+        | kopf_peering("kopfpeerings")
+    assert granted(cluster_role["rules"]) | granted(namespaced_role["rules"]) == expected
+    bindings = find(objects, "RoleBinding")
+    assert {b["metadata"]["namespace"] for b in bindings} == {"agents", "tools"}
+    assert {b["roleRef"]["name"] for b in bindings} == {"demo-lockstep-operator"}
+    assert [b["roleRef"]["name"] for b in find(objects, "ClusterRoleBinding")] == ["demo-lockstep-operator-cluster"]
+    assert {p["metadata"]["namespace"] for p in find(objects, "KopfPeering")} == {"agents", "tools"}
+
+
+def test_without_peering_no_peering_rights_or_objects(render, code_calls) -> None:
+    objects = render({"operator": {"replicaCount": 1, "peering": {"enabled": False}}})
+    rights = granted([rule for role in find(objects, "ClusterRole") for rule in role["rules"]])
+    assert not {c for c in rights if c.group == "kopf.dev"}
+    assert not find(objects, "ClusterKopfPeering")
+
+
+def test_the_operator_never_reads_secrets(render) -> None:
+    rights = granted([rule for role in find(render(), "ClusterRole") for rule in role["rules"]])
+    assert not {c for c in rights if c.resource == "secrets"}
+
+
+def test_bindings_name_the_operators_service_account(render) -> None:
+    objects = render()
+    account = one(objects, "ServiceAccount")["metadata"]["name"]
+    deployment = one(objects, "Deployment")
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == account
+    for binding in find(objects, "ClusterRoleBinding"):
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account, "namespace": NAMESPACE}]
