@@ -239,12 +239,12 @@ class RoundTripFile:
             text = path.read_text(encoding="utf-8")
         except OSError as error:
             raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
-        _, indent, block_sequence_indent = load_yaml_guess_indent(text)
+        _, sequence_indent, dash_offset = load_yaml_guess_indent(text)
+        mapping_indent = _mapping_indent(text)
         yaml = YAML()  # round-trip mode
         yaml.preserve_quotes = True
         yaml.width = 4096  # never re-wrap existing lines
-        yaml.indent(mapping=indent or 2, sequence=(indent or 2) + (block_sequence_indent or 0),
-                    offset=block_sequence_indent or 0)
+        yaml.indent(mapping=mapping_indent, sequence=sequence_indent or mapping_indent, offset=dash_offset or 0)
         yaml.explicit_start = text.lstrip().startswith("---")
         try:
             documents = [document for document in yaml.load_all(text)]
@@ -288,6 +288,13 @@ class RoundTripFile:
         if reloaded != [_plain(document) for document in self.documents]:
             raise UsageError(f"{self.path}: cannot rewrite it without changing its data; "
                              "edit it by hand from the output of lockstep approve without -f")
+
+
+def _mapping_indent(text: str) -> int:
+    """The indentation of nested mappings: the smallest indent of a key line (ruamel guesses only sequences)."""
+    indents = [len(line) - len(line.lstrip(" ")) for line in text.splitlines()
+               if line.strip() and not line.lstrip().startswith(("-", "#")) and re.match(r"\s*[^\s:]+:", line)]
+    return min((indent for indent in indents if indent > 0), default=2)
 
 
 def review_style(value: Any) -> Any:

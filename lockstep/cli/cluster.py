@@ -267,7 +267,8 @@ def diff_resource(resource_arg: str, target: ClusterTarget, *, as_json: bool, co
     if as_json:
         click.echo(dump_json(_diff_document(resource, drifts, notes)), nl=False)
     else:
-        click.echo(render_resource_drift(resource, drifts, notes, color=color), nl=False)
+        # click.echo strips ANSI codes when stdout is no terminal, unless told otherwise (--color always)
+        click.echo(render_resource_drift(resource, drifts, notes, color=color), nl=False, color=color or None)
     return 1 if unapproved else 0
 
 
