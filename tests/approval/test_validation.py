@@ -13,12 +13,12 @@ from kopf._cogs.structs import ephemera, references
 from kopf._core.engines import admission
 from kopf._core.engines.indexing import OperatorIndexers
 from kopf._core.reactor.inventory import ResourceMemories
+from lockstep.operator.validation import register_validation
 from lockstep_testing.interfaces import WEATHER
 
 from lockstep.core import Interface
 from lockstep.core.manifest import build_manifest
 from lockstep.core.revision import Revision
-from lockstep.operator.validation import register_validation
 
 INTERFACES = references.Resource(group="lockstep.dev", version="v1alpha1", plural="mcpserverinterfaces",
                                  kind="MCPServerInterface", singular="mcpserverinterface", namespaced=True,

@@ -16,17 +16,17 @@ from typing import Any
 
 import kmock as kmock_module
 from click.testing import CliRunner, Result
-from lockstep_testing.mcp_servers import serve_mcp
+from lockstep.operator.cache import PodRecord
+from lockstep.operator.judge import Policy, judge
+from lockstep.operator.status import PodTrack, ResourceMemory, build_status
 
 from lockstep.cli import cli
 from lockstep.core import Interface
 from lockstep.core.manifest import build_manifest
 from lockstep.core.report import Observation
 from lockstep.core.revision import Revision
-from lockstep.operator.cache import PodRecord
-from lockstep.operator.judge import Policy, judge
-from lockstep.operator.status import PodTrack, ResourceMemory, build_status
 from lockstep.reader import read_interface
+from lockstep_testing.mcp_servers import serve_mcp
 
 NAMESPACE = "agents"
 NAME = "weather"
@@ -92,7 +92,7 @@ def with_status(manifest: Mapping[str, Any], served: Mapping[str, Interface], *,
     resource["metadata"].update(uid="5f0c1a2e-0000-4000-8000-00000000000b", resourceVersion="41", generation=2,
                                 creationTimestamp="2026-11-22T01:00:00Z")
     policy = Policy.from_resource(resource)
-    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     pods = []
     for index, (pod_name, interface) in enumerate(served.items()):
         uid = f"0d7c6b5a-0000-4000-8000-{index:012d}"
