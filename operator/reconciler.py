@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from lockstep.core import Interface
 from lockstep.core.digest import ComponentDigest, InterfaceDigest
 from lockstep.core.errors import LockstepError
 from lockstep.core.report import FailureReason, Observation
@@ -357,8 +358,16 @@ def _rebuild_observation(reason: Reason, condition: Mapping[str, Any], entry: Ma
         return None, None
     if digest.digest != entry.get("digest"):
         return None, None
-    # The components are digested under the resource's ignore rules already: no definitions, so that
-    # judging compares them as they are.
+    definitions = entry.get("definitions")
+    if isinstance(definitions, Mapping):
+        # Judging digests the definitions again under the ignore rules of the moment.
+        try:
+            return Observation(observed_at, digest, dict(definitions)), \
+                Revision(digest, Interface.from_document(definitions))
+        except LockstepError:
+            pass
+    # Components only: they are digested under the resource's ignore rules already, and judging
+    # compares them as they are.
     return Observation(observed_at, digest, None), Revision(digest)
 
 
