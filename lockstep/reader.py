@@ -37,6 +37,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
+from mcp_types import SERVER_INFO_META_KEY
 from pydantic import TypeAdapter, ValidationError
 
 from lockstep.core.errors import InterfaceError, LockstepError
@@ -58,6 +60,7 @@ from lockstep.core.model import DEFAULT_LIMITS, Interface, Limits, check_json_va
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "PROTOCOLS",
     "TRANSPORTS",
     "CursorLoopError",
     "LiveSession",
@@ -78,6 +81,9 @@ logger = logging.getLogger("lockstep.reader")
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_MAX_PAGES = 1000
 TRANSPORTS = ("streamable-http", "sse")
+#: ``handshake``: ``initialize`` (2025-06-18, 2025-11-25...). ``auto``: 2026-07-28
+#: ``server/discover`` first, ``initialize`` when the server does not answer it.
+PROTOCOLS = ("handshake", "auto")
 #: The SDK's SSE client (``sse_client``) refuses a single event larger than this.
 SSE_CLIENT_EVENT_LIMIT = 1024 * 1024
 
@@ -302,6 +308,9 @@ class _TappedWriteStream:
         return bool(await self._inner.__aexit__(*exc_info))
 
 
+_EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
+
+
 class _MeteredStream(httpx2.AsyncByteStream):
     """A response body that counts its bytes and stops past the limit.
 
@@ -313,12 +322,16 @@ class _MeteredStream(httpx2.AsyncByteStream):
         self._inner, self._wire, self._per_event, self._limit = inner, wire, per_event, limit
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        size = 0
+        size = 0  # of the event (or body) in progress
         async for chunk in self._inner:
             self._wire.bytes_received += len(chunk)
-            cut = max(chunk.rfind(b"\n\n"), chunk.rfind(b"\r\n\r\n")) if self._per_event else -1
-            size = len(chunk) - cut if cut >= 0 else size + len(chunk)
-            if size > self._limit:
+            parts = _EVENT_END.split(chunk) if self._per_event else [chunk]
+            size += len(parts[0])
+            largest = size
+            for part in parts[1:]:
+                size = len(part)
+                largest = max(largest, size)
+            if largest > self._limit:
                 error = ResponseTooLargeError(
                     f"{self._wire.waiting_for}: an answer larger than the limit of {self._limit} bytes"
                 )
@@ -344,7 +357,8 @@ class _MeteredTransport(httpx2.AsyncBaseTransport):
         except (httpx2.ConnectError, httpx2.ConnectTimeout) as error:
             self._wire.drop(ServerUnreachableError(f"{self._wire.url}: cannot connect: {_one_line(error)}"))
             raise
-        if response.status_code >= 400 and request.method == "POST":
+        probing = request.headers.get("mcp-method") == "server/discover"  # a refusal means: use initialize
+        if response.status_code >= 400 and request.method == "POST" and not probing:
             self._wire.fail(ServerUnreachableError(f"{self._wire.url}: {_http_status(response)}"))
         content_type = response.headers.get("content-type", "").lower()
         per_event = content_type.startswith("text/event-stream")
@@ -382,7 +396,10 @@ class LiveSession:
 
     @property
     def server_info(self) -> dict[str, Any]:
+        """``serverInfo`` of the initialize result, or the discover result's ``_meta`` stamp."""
         info = self._initialize.get("serverInfo")
+        if info is None and isinstance(meta := self._initialize.get("_meta"), dict):
+            info = meta.get(SERVER_INFO_META_KEY)
         return info if isinstance(info, dict) else {}
 
     @property
@@ -410,21 +427,33 @@ class LiveSession:
         interface = Interface.from_document(document, self._wire.limits)
         return ReadResult(document, interface, self.protocol_version, self.server_info)
 
-    async def _initialize_session(self) -> None:
-        self._wire.waiting_for = "initialize"
+    async def _initialize_session(self, protocol: str) -> None:
+        self._wire.waiting_for = "initialize" if protocol == "handshake" else "server/discover"
         try:
             with self._wire.guard():
-                await self._session.initialize()
+                if protocol == "auto":
+                    await self._negotiate()
+                else:
+                    await self._session.initialize()
         except ValidationError as error:
             raise MalformedResponseError(
-                f"initialize: not an MCP initialize result: {_one_line(error)}"
+                f"{self._wire.waiting_for}: not an MCP initialize result: {_one_line(error)}"
             ) from None
         except MCPError as error:
-            raise self._rpc_failure("initialize", error) from None
+            raise self._rpc_failure(self._wire.waiting_for, error) from None
         except RuntimeError as error:  # the SDK refuses the protocol version the server chose
-            raise ProtocolError(f"initialize: {_one_line(error)}") from None
-        self._initialize = self._wire.take_result("initialize")
-        _check_plain_json("initialize", self._initialize, self._wire.limits)
+            raise ProtocolError(f"{self._wire.waiting_for}: {_one_line(error)}") from None
+        self._initialize = self._wire.take_result(self._wire.waiting_for)
+        _check_plain_json(self._wire.waiting_for, self._initialize, self._wire.limits)
+
+    async def _negotiate(self) -> None:
+        """2026-07-28 ``server/discover`` first; anything but a modern answer falls back to ``initialize``."""
+        try:
+            await self._session.discover()
+        except (MCPError, RuntimeError, ValidationError) as error:
+            logger.debug("%s: server/discover failed (%s); using initialize", self.url, _one_line(error))
+            self._wire.waiting_for = "initialize"
+            await self._session.initialize()
 
     async def _read_document(self) -> dict[str, Any]:
         start = self._wire.bytes_received
@@ -542,18 +571,20 @@ async def connect(
     limits: Limits = DEFAULT_LIMITS,
     on_list_changed: ListChangedCallback | None = None,
     max_pages: int = DEFAULT_MAX_PAGES,
+    protocol: str = "handshake",
 ) -> AsyncIterator[LiveSession]:
     """Open one initialized session to ``url``; ``timeout`` bounds the opening and each read.
 
     ``on_list_changed(kind)`` runs with ``"tools"``, ``"prompts"`` or ``"resources"`` for
     every ``notifications/<kind>/list_changed`` the server sends; keep it short (set an
-    event). ``headers`` go on every HTTP request. :attr:`LiveSession.dropped` tells when
-    the connection is gone and a new one is needed.
+    event); they arrive in the ``handshake`` protocol era only (2026-07-28 delivers them on
+    ``subscriptions/listen``, which this reader does not open). ``headers`` go on every HTTP
+    request. When the connection fails, :meth:`LiveSession.read` (or the whole ``async
+    with`` block) raises :class:`ServerUnreachableError` and :attr:`LiveSession.dropped`
+    is set: open a new connection.
     """
     wire = _Wire(url, limits)
-    options = _Options(
-        resolve_transport(url, transport), dict(headers or {}), timeout, max_pages, on_list_changed
-    )
+    options = _options(url, transport, protocol, headers, timeout, max_pages, on_list_changed)
     async with _connect(wire, options) as live:
         yield live
 
@@ -561,6 +592,7 @@ async def connect(
 @dataclass(frozen=True)
 class _Options:
     transport: str
+    protocol: str
     headers: dict[str, str]
     timeout: float
     max_pages: int
@@ -600,6 +632,23 @@ async def _connect(wire: _Wire, options: _Options) -> AsyncIterator[LiveSession]
 
 def _is_closing_noise(error: BaseException) -> bool:
     return isinstance(error, Exception) and not isinstance(error, LockstepError)
+
+
+def _options(
+    url: str,
+    transport: str | None,
+    protocol: str,
+    headers: Mapping[str, str] | None,
+    timeout: float,
+    max_pages: int,
+    on_list_changed: ListChangedCallback | None = None,
+) -> _Options:
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
+    if timeout <= 0 or max_pages < 1:
+        raise ValueError("timeout must be positive and max_pages at least 1")
+    resolved = resolve_transport(url, transport)
+    return _Options(resolved, protocol, dict(headers or {}), timeout, max_pages, on_list_changed)
 
 
 def _timed_out(wire: _Wire, timeout: float) -> ReadTimeoutError:
@@ -645,7 +694,7 @@ async def _open(stack: AsyncExitStack, wire: _Wire, options: _Options) -> LiveSe
     await stack.enter_async_context(session)
     live = LiveSession(session, wire, timeout=options.timeout, max_pages=options.max_pages)
     live_ref.append(live)
-    await live._initialize_session()
+    await live._initialize_session(options.protocol)
     return live
 
 
@@ -662,6 +711,8 @@ def _translate(error: BaseException, leaves: list[BaseException], wire: _Wire) -
     if wire.fault is not None:
         return wire.fault
     for leaf in leaves:
+        if isinstance(leaf, httpx2.SSEError) and "exceeded" in str(leaf):
+            return ResponseTooLargeError(f"{wire.waiting_for}: {_one_line(leaf)}")
         if isinstance(leaf, httpx2.HTTPStatusError):
             return ServerUnreachableError(f"{wire.url}: {_http_status(leaf.response)}")
     return ServerUnreachableError(f"{wire.url}: {_one_line(leaves[0]) or type(leaves[0]).__name__}")
@@ -686,10 +737,14 @@ async def read_interface(
     timeout: float = DEFAULT_TIMEOUT,
     limits: Limits = DEFAULT_LIMITS,
     max_pages: int = DEFAULT_MAX_PAGES,
+    protocol: str = "handshake",
 ) -> ReadResult:
-    """Connect, read the whole interface once, disconnect; ``timeout`` bounds it all."""
+    """Connect, read the whole interface once, disconnect; ``timeout`` bounds it all.
+
+    ``protocol="auto"`` tries the 2026-07-28 ``server/discover`` first (see :data:`PROTOCOLS`).
+    """
     wire = _Wire(url, limits)
-    options = _Options(resolve_transport(url, transport), dict(headers or {}), timeout, max_pages)
+    options = _options(url, transport, protocol, headers, timeout, max_pages)
     try:
         with anyio.fail_after(timeout):
             async with _connect(wire, options) as live:

@@ -20,7 +20,9 @@ Three kinds of server, all served by uvicorn in-process on a free port:
   page, forever), ``result_extra`` (fields added to every list result, such as
   ``ttlMs``), ``list_changed`` (advertise the ``listChanged`` capabilities; the
   notifications are sent either way), ``kinds`` (serve only some of ``tools``,
-  ``prompts``, ``resources``, ``resourceTemplates``). Duplicate names: just put two tools with one
+  ``prompts``, ``resources``, ``resourceTemplates``). ``required_headers`` makes it a
+  server that needs credentials (HTTP 401 without them). Clients that negotiate the
+  2026-07-28 protocol (``server/discover``) are served too (exact pages included). Duplicate names: just put two tools with one
   name in ``tools``.
 
 * :class:`HostileServer`: a hand-written ASGI app that speaks JSON-RPC over streamable
@@ -181,6 +183,8 @@ class MutableServer:
     cursor_loop: bool = False
     endless_pages: bool = False
     result_extra: JSONDict = field(default_factory=dict)
+    #: Headers every HTTP request must carry, else HTTP 401 (a server that needs credentials).
+    required_headers: dict[str, str] = field(default_factory=dict)
     #: Lowercased headers of every HTTP request the server received, in order.
     http_requests: list[dict[str, str]] = field(default_factory=list)
     #: JSON-RPC methods of the list requests answered, in order, with their cursor.
@@ -202,7 +206,11 @@ class MutableServer:
         self.tools.remove(self._find("tools", "name", name))
 
     async def notify(self, kind: ListKind = "tools") -> int:
-        """Send ``notifications/<kind>/list_changed`` to every client seen; return how many got it."""
+        """Send ``notifications/<kind>/list_changed`` to every client session seen; return how many.
+
+        The count includes sessions whose client has gone: the SDK drops such sends silently.
+        Legacy (handshake-era) notifications only: 2026-07-28 clients do not get them.
+        """
         delivered = 0
         for session in list(self._sessions):
             try:
@@ -229,7 +237,8 @@ class MutableServer:
             path = "/mcp"
         else:
             app, path = _sse_app(server), "/sse"
-        return _RecordHeaders(_ExactWire(app, self._exact), self.http_requests), path
+        required = {name.lower(): value for name, value in self.required_headers.items()}
+        return _RecordHeaders(_ExactWire(app, self._exact), self.http_requests, required), path
 
     def _find(self, list_key: str, key: str, value: str) -> JSONDict:
         for item in self._items(list_key):
@@ -372,16 +381,21 @@ def _is_json(start: Any) -> bool:
 
 
 class _RecordHeaders:
-    """ASGI middleware that keeps the headers of every HTTP request."""
+    """ASGI middleware that keeps the headers of every HTTP request, and answers 401 to a
+    request without the ``required`` headers (lowercase names)."""
 
-    def __init__(self, app: ASGIApp, into: list[dict[str, str]]) -> None:
-        self.app, self.into = app, into
+    def __init__(
+        self, app: ASGIApp, into: list[dict[str, str]], required: dict[str, str] | None = None
+    ) -> None:
+        self.app, self.into, self.required = app, into, required or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            self.into.append(
-                {key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]}
-            )
+            headers = {key.decode("latin-1"): value.decode("latin-1") for key, value in scope["headers"]}
+            self.into.append(headers)
+            if any(headers.get(name) != value for name, value in self.required.items()):
+                await Response("credentials required", status_code=401)(scope, receive, send)
+                return
         await self.app(scope, receive, send)
 
 

@@ -150,3 +150,9 @@ async def test_result_level_fields_are_not_the_interface() -> None:
     result = await read(HostileServer(answers={"tools/list": answer}))
     assert set(result.document) == {"tools", "serverInfo"}
     assert result.document["tools"] == [{"name": "a", "inputSchema": {}}]
+
+
+async def test_lone_surrogate_is_unreadable() -> None:
+    answer = '{"tools": [{"name": "a\\ud800", "inputSchema": {}}]}'
+    error = await failure(HostileServer(answers={"tools/list": answer}))
+    assert isinstance(error, MalformedResponseError)

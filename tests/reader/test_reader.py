@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from contextlib import AsyncExitStack
@@ -10,6 +11,7 @@ from typing import Any
 import anyio
 import pytest
 from lockstep_testing.mcp_servers import (
+    HostileServer,
     MutableServer,
     make_mcpserver,
     make_prompts,
@@ -17,6 +19,7 @@ from lockstep_testing.mcp_servers import (
     make_resources,
     make_tools,
     serve_mcp,
+    serve_mcp_in_thread,
 )
 
 from lockstep.core import DuplicateComponentError, Limits, NestingTooDeepError, digest_interface
@@ -294,3 +297,65 @@ def test_transport_from_url() -> None:
     assert resolve_transport("http://h:1/sse", "streamable-http") == "streamable-http"
     with pytest.raises(ValueError, match="unknown transport 'ws'"):
         resolve_transport("http://h:1/mcp", "ws")
+
+
+# ---------------------------------------------------------------- protocol eras
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_2026_discover_reads_the_same_interface(transport: str) -> None:
+    server = full_server()
+    async with serve_mcp(server, transport) as url:
+        modern = await read_interface(url, protocol="auto")
+        handshake = await read_interface(url)
+
+    assert modern.protocol_version == "2026-07-28"
+    assert handshake.protocol_version == "2025-11-25"
+    assert modern.document == handshake.document  # instructions from server/discover, same items
+    assert modern.server_info == {"name": "lockstep-test-server", "version": "1.0.0"}
+    assert digest_interface(modern.interface) == digest_interface(handshake.interface)
+
+
+async def test_auto_falls_back_to_initialize() -> None:
+    server = HostileServer(instructions="legacy only", answers={"tools/list": {"tools": []}})
+    async with serve_mcp(server) as url:
+        result = await read_interface(url, protocol="auto")
+    assert result.protocol_version == "2025-11-25"
+    assert result.document["instructions"] == "legacy only"
+    assert server.methods[:2] == ["server/discover", "initialize"]
+
+
+# ---------------------------------------------------------------- the synchronous helper
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_server_in_a_thread_for_synchronous_callers(transport: str) -> None:
+    server = full_server()
+    with serve_mcp_in_thread(server, transport) as handle:
+        first = asyncio.run(read_interface(handle.url))
+        server.update_tool("tool_0", description="changed while running")
+        second = asyncio.run(read_interface(handle.url))
+    assert first.document["tools"][0]["description"].startswith("Tool number 0")
+    assert second.document["tools"][0]["description"] == "changed while running"
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_server_that_needs_credentials(transport: str) -> None:
+    server = full_server(required_headers={"Authorization": "Bearer s3cret"})
+    async with serve_mcp(server, transport) as url:
+        with pytest.raises(ServerUnreachableError, match="HTTP 401 Unauthorized"):
+            await read_interface(url, headers={"Authorization": "Bearer wrong"})
+        result = await read_interface(url, headers={"Authorization": "Bearer s3cret"})
+    assert len(result.document["tools"]) == 7
+
+
+async def test_sse_client_refuses_events_over_one_mebibyte() -> None:
+    tools = make_tools(1)
+    tools[0]["description"] = tools[0]["title"] = "z" * 600_000  # 1.2 MB in one event
+    server = MutableServer(tools=tools, kinds=("tools",))
+    async with serve_mcp(server, "sse") as url:
+        with pytest.raises(ResponseTooLargeError, match="larger than the limit of 1048576 bytes"):
+            await read_interface(url)
+    async with serve_mcp(server, "streamable-http") as url:
+        result = await read_interface(url)
+    assert result.document["tools"] == tools
