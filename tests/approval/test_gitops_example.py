@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 import yaml
+from lockstep.operator.injection import selector_matches
+from lockstep.operator.validation import check_interface
 from lockstep_testing.approval_support import read_weather
 
 from lockstep.core.manifest import load_pinned
 from lockstep.core.revision import Revision
-from lockstep.operator.injection import selector_matches
-from lockstep.operator.validation import check_interface
 
 GITOPS = Path(__file__).resolve().parents[2] / "examples" / "gitops"
 
