@@ -34,12 +34,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-import kmock  # noqa: E402
-
-from lockstep import reader  # noqa: E402
-from lockstep.core.revision import Revision  # noqa: E402
-from lockstep_testing.kmock_support import Emulator  # noqa: E402
-from lockstep_testing.lockstep_cluster import (  # noqa: E402
+import kmock
+from lockstep_testing.kmock_support import Emulator
+from lockstep_testing.lockstep_cluster import (
     NAMESPACE,
     Cluster,
     application_pod,
@@ -48,8 +45,11 @@ from lockstep_testing.lockstep_cluster import (  # noqa: E402
     start_pod,
     verified,
 )
-from lockstep_testing.loopback import McpServerHandle  # noqa: E402
-from lockstep_testing.mcp_servers import MutableServer  # noqa: E402
+from lockstep_testing.loopback import McpServerHandle
+from lockstep_testing.mcp_servers import MutableServer
+
+from lockstep import reader
+from lockstep.core.revision import Revision
 
 TOOLS = [
     {"name": "get_forecast", "description": "Forecast for a city.",
