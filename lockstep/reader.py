@@ -233,12 +233,13 @@ class _Wire:
             self.fail(MalformedResponseError(f"{self.waiting_for}: unreadable message: {_one_line(item)}"))
             return
         message = item.message
-        if isinstance(message, types.JSONRPCResponse):
-            self.results[message.id] = message.result
+        if isinstance(message, types.JSONRPCResponse) and message.id in self.sent.values():
+            self.results[message.id] = message.result  # only answers someone will take: no growth
 
     def note_sent(self, item: SessionMessage) -> None:
         message = item.message
         if isinstance(message, types.JSONRPCRequest):
+            self.results.pop(self.sent.get(message.method), None)  # a late answer to a failed call
             self.sent[message.method] = message.id
 
     def take_result(self, method: str) -> dict[str, Any]:

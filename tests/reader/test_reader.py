@@ -359,3 +359,16 @@ async def test_sse_client_refuses_events_over_one_mebibyte() -> None:
     async with serve_mcp(server, "streamable-http") as url:
         result = await read_interface(url)
     assert result.document["tools"] == tools
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_session_reads_again_after_a_timeout(transport: str) -> None:
+    server = full_server(list_delay=30)
+    async with serve_mcp(server, transport) as url, connect(url, timeout=1) as live:
+        with pytest.raises(ReadTimeoutError, match="waiting for tools/list"):
+            await live.read()
+        server.list_delay = 0
+        server.update_tool("tool_0", description="after the timeout")
+        result = await live.read()
+    assert result.document["tools"] == server.tools
+    assert not live.dropped
