@@ -132,6 +132,11 @@ def make_cluster(emulator: Any, folder: Path) -> Cluster:
     emulator.resources[CRD_RESOURCE] = kmock_module.ResourceInfo(
         kind="MCPServerInterface", singular="mcpserverinterface", namespaced=True,
         verbs={"get", "list", "watch", "create", "patch", "update", "delete"}, subresources={"status"})
+    return Cluster(emulator, write_kubeconfig(emulator, folder))
+
+
+def write_kubeconfig(emulator: Any, folder: Path) -> Path:
+    """A kubeconfig whose current context (namespace agents) points the `kubernetes` client at kmock."""
     kubeconfig = folder / "kubeconfig"
     kubeconfig.write_text(json.dumps({
         "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
@@ -139,4 +144,4 @@ def make_cluster(emulator: Any, folder: Path) -> Cluster:
         "users": [{"name": "reviewer", "user": {"token": "reviewer-token"}}],
         "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "reviewer", "namespace": NAMESPACE}}],
     }))
-    return Cluster(emulator, kubeconfig)
+    return kubeconfig
