@@ -1,7 +1,7 @@
 """Reading a live MCP server's interface with the ``mcp`` SDK (2.x) client.
 
-:func:`read_interface` connects over streamable HTTP or SSE, runs ``initialize``, then
-every list method the server's capabilities announce (``tools/list``,
+:func:`read_interface` connects over streamable HTTP or SSE, runs ``initialize`` (or,
+with ``protocol="auto"``, the 2026-07-28 ``server/discover`` first), then every list method the server's capabilities announce (``tools/list``,
 ``prompts/list``, ``resources/list``, ``resources/templates/list``), follows every
 ``nextCursor`` and returns the interface document: the instructions and each list's
 items concatenated over pages, each item exactly as the server sent it on the wire.
@@ -463,7 +463,7 @@ class LiveSession:
         if instructions is not None:
             document["instructions"] = instructions
         for list_method in _LIST_METHODS:
-            if list_method.capability not in self.capabilities:
+            if self.capabilities.get(list_method.capability) is None:
                 continue
             items = await self._read_list(list_method, start, count=sum(map(len, _lists(document))))
             if items is not None:
