@@ -46,7 +46,9 @@ async def drift_two_pods(kmock, tokens, operator, tls_files, server, url):
     await wait_verdict(kmock, "p1", ("False", "InterfaceChanged"))
     await wait_verdict(kmock, "p2", ("False", "InterfaceChanged"))
     drifted = Revision.of(Interface.from_document(document_of(server))).aggregate
+    # status is written a moment after the pod conditions: wait until it lists both pods on the new revision
     await wait_for(lambda: any(entry.get("digest") == drifted and entry.get("definitions")
+                               and entry.get("pods") == ["p1", "p2"]
                                for entry in resource_status(kmock).get("observed") or []))
     return sidecars, drifted
 
