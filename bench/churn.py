@@ -96,6 +96,13 @@ SERVERS = (
     ServerSpec("server-everything", "npm", "@modelcontextprotocol/server-everything",
                ("0.6.2", "2025.3.19", "2025.7.1", "2025.11.25", "2026.8.31"),
                _npm_entry("@modelcontextprotocol/server-everything", "stdio")),
+    # Third-party servers with longer, more instructive descriptions.
+    ServerSpec("context7", "npm", "@upstash/context7-mcp",
+               ("1.0.7", "1.0.14", "1.0.20", "1.0.33", "2.0.2", "2.1.8", "3.0.0", "3.2.5", "4.0.7", "4.1.1"),
+               _npm_entry("@upstash/context7-mcp")),
+    ServerSpec("playwright", "npm", "@playwright/mcp",
+               ("0.0.20", "0.0.30", "0.0.40", "0.0.50", "0.0.60", "0.0.70", "0.0.83"),
+               _npm_entry("@playwright/mcp", "--headless")),
 )
 
 
@@ -291,6 +298,14 @@ def print_table(steps: Sequence[Step], details: bool) -> None:
     print("-" * len(header))
     print(f"{'total':<20} {str(len(steps)) + ' version steps':<26} {len(total):>8} {by_severity[Severity.HIGH]:>5} "
           f"{by_severity[Severity.MEDIUM]:>6} {by_severity[Severity.LOW]:>4}")
+    for change in ("added", "changed", "removed"):
+        subset = [finding for finding in total if finding.change.value == change]
+        highs = sum(1 for finding in subset if finding.severity is Severity.HIGH)
+        share = f"{100 * highs / len(subset):.0f}%" if subset else "-"
+        print(f"{change + ' components':<20} {'':<26} {len(subset):>8} {highs:>5}  ({share} high)")
+    text_highs = [finding for finding in total if finding.change.value == "changed"
+                  and any(" gains " in reason for reason in finding.reasons)]
+    print(f"changed components made high by the text rules: {len(text_highs)}")
     high_reasons = Counter(_reason_class(reason) for finding in total if finding.severity is Severity.HIGH
                            for reason in finding.reasons if _is_high_reason(reason))
     if high_reasons:

@@ -196,7 +196,7 @@ _KNOWN_TAGS = frozenset({
     "form", "input", "meta", "link", "html", "body", "head", "code", "pre",
 })
 _MARKDOWN_LINK = re.compile(r"(!?)\[[^\]\n]{0,300}\]\(\s*([^)\s]{1,500})[^)]{0,300}\)")
-_URL = re.compile(r"\b(?:[a-z][a-z0-9+.-]{1,15}://|www\.)[^\s<>\"'`)\]}]+", re.IGNORECASE)
+_URL = re.compile(r"\b(?:[a-z][a-z0-9+.-]{1,15}://|www\.)[^\s<>\"'`)\]]+", re.IGNORECASE)
 _SCHEME_URL = re.compile(r"\b(?:javascript|data|vbscript):[^\s<>\"'`)\]}]{2,}", re.IGNORECASE)
 _URL_TRAILER = ".,;:!?"
 
