@@ -23,6 +23,7 @@ __all__ = ["RunningSidecar", "run_sidecar", "running_sidecar"]
 logger = logging.getLogger("lockstep.sidecar")
 
 REPORT_TIMEOUT = 10.0
+SHUTDOWN_TIMEOUT = 3.0
 
 
 @dataclass
@@ -59,7 +60,8 @@ async def running_sidecar(settings: SidecarSettings, *, host: str = "0.0.0.0",
         finally:
             for task in sidecar.tasks:
                 task.cancel()
-            await asyncio.gather(*sidecar.tasks, return_exceptions=True)
+            # Bounded: closing the MCP session politely must not hold the pod's termination.
+            await asyncio.wait(sidecar.tasks, timeout=SHUTDOWN_TIMEOUT)
             await sidecar.health.stop()
 
 

@@ -8,7 +8,7 @@ import os
 import signal
 
 import click
-from lockstep.sidecar.app import idle, run_sidecar
+from lockstep.sidecar.lean import skip_package_inits
 from lockstep.sidecar.settings import SettingsError, SidecarSettings
 
 __all__ = ["sidecar_command"]
@@ -26,10 +26,13 @@ def sidecar_command(log_level: str) -> None:
     (see docs/sidecar.md). Runs until SIGTERM; never exits on its own.
     """
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    skip_package_inits()  # before the reader imports the mcp SDK: the sidecar needs its client half only
     asyncio.run(_main())
 
 
 async def _main() -> None:
+    from lockstep.sidecar.app import idle, run_sidecar
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
