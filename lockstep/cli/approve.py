@@ -25,7 +25,14 @@ from typing import Any
 
 import click
 
-from lockstep.cli.cluster import Cluster, ClusterTarget, cluster_options, drift_of, parse_resource
+from lockstep.cli.cluster import (
+    Cluster,
+    ClusterTarget,
+    ObservedDrift,
+    cluster_options,
+    drift_of,
+    parse_resource,
+)
 from lockstep.cli.output import dump_json, dump_yaml, has_hidden_characters
 from lockstep.cli.targets import UsageError
 from lockstep.core import Interface
@@ -40,6 +47,7 @@ from lockstep.core.approval import (
 )
 from lockstep.core.diff import max_severity
 from lockstep.core.manifest import KIND
+from lockstep.core.severity import visible
 
 __all__ = ["approve_command"]
 
@@ -109,6 +117,7 @@ class Plan:
     observed: ObservedRevision | None
     interface: Interface | None
     served: tuple[str, ...]
+    drift: ObservedDrift | None = None
 
 
 def _plan(live: Mapping[str, Any], digest: str | None, prune: bool) -> Plan:
@@ -119,13 +128,13 @@ def _plan(live: Mapping[str, Any], digest: str | None, prune: bool) -> Plan:
     chosen = select_revision(observed, digest)
     ignore = list((live.get("spec") or {}).get("ignore") or [])
     interface = verified_interface(chosen, ignore)
-    _describe_choice(live, chosen)
-    return Plan(chosen, interface, served)
-
-
-def _describe_choice(live: Mapping[str, Any], chosen: ObservedRevision) -> None:
-    """Tell the approver, on stderr, what they are approving."""
     drift = next((item for item in drift_of(live) if item.observed.digest == chosen.digest), None)
+    _describe_choice(chosen, drift)
+    return Plan(chosen, interface, served, drift)
+
+
+def _describe_choice(chosen: ObservedRevision, drift: ObservedDrift | None) -> None:
+    """Tell the approver, on stderr, what they are approving."""
     pods = f"{chosen.pod_count} pod(s)"
     if chosen.approved or drift is None:
         click.echo(f"approving {chosen.digest}, served by {pods}, already approved in the cluster", err=True)
@@ -202,6 +211,10 @@ def _rewrite_file(path: Path, live: Mapping[str, Any], plan: Plan, *, replace: b
     manifest = document.find(str((live.get("metadata") or {}).get("name")),
                              str((live.get("metadata") or {}).get("namespace") or ""))
     result = _edit(manifest, plan, replace=replace, prune=prune, digests_only=digests_only, style=review_style)
+    if result.added and plan.observed is not None:
+        approved = manifest["spec"]["approved"]
+        approved.yaml_set_comment_before_after_key(len(approved) - 1, before=approval_comment(plan),
+                                                   indent=document.mapping_indent + document.dash_offset)
     if result.changed:
         text = document.dump()
         if dry_run:
@@ -209,6 +222,30 @@ def _rewrite_file(path: Path, live: Mapping[str, Any], plan: Plan, *, replace: b
         else:
             _write(path, text)
     _report(result, str(path), dry_run=dry_run)
+
+
+COMMENT_FINDINGS = 12
+COMMENT_WIDTH = 150
+
+
+def approval_comment(plan: Plan) -> str:
+    """The comment above a new entry in Git: what the pull request approves, in words a reviewer reads."""
+    assert plan.observed is not None
+    observed = plan.observed
+    lines = [f"lockstep approve: {observed.digest[:19]}, served by {observed.pod_count} pod(s)"
+             + (f" since {observed.first_seen}" if observed.first_seen else "")]
+    drift = plan.drift
+    if drift is not None and drift.findings:
+        lines.append(f"changes against {drift.closest[:19] if drift.closest else 'nothing approved'}:")
+        for finding in drift.findings[:COMMENT_FINDINGS]:
+            symbol = {"added": "+", "removed": "-"}.get(finding.change.value, "~")
+            line = f"  {symbol} {finding.kind.value}/{finding.name} [{finding.severity.value}] " + \
+                "; ".join(finding.reasons)
+            line = visible(line)
+            lines.append(line if len(line) <= COMMENT_WIDTH else line[: COMMENT_WIDTH - 1] + "…")
+        if len(drift.findings) > COMMENT_FINDINGS:
+            lines.append(f"  and {len(drift.findings) - COMMENT_FINDINGS} more (lockstep diff shows them all)")
+    return "\n".join(lines)
 
 
 def _write(path: Path, text: str) -> None:
@@ -228,6 +265,8 @@ class RoundTripFile:
     text: str
     documents: list[Any]
     yaml: Any
+    mapping_indent: int = 2
+    dash_offset: int = 0
 
     @classmethod
     def load(cls, path: Path) -> RoundTripFile:
@@ -250,7 +289,7 @@ class RoundTripFile:
             documents = [document for document in yaml.load_all(text)]
         except YAMLError as error:
             raise UsageError(f"{path}: invalid YAML: {str(error).splitlines()[0]}") from None
-        return cls(path, text, documents, yaml)
+        return cls(path, text, documents, yaml, mapping_indent, dash_offset or 0)
 
     def find(self, name: str, namespace: str) -> Any:
         """The one MCPServerInterface document of the file with this name (and namespace, if it has one)."""

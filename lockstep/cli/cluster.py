@@ -297,15 +297,18 @@ def render_resource_drift(resource: Mapping[str, Any], drifts: Sequence[Observed
     lines += [f"note: {note}" for note in notes]
     if not drifts:
         lines.append("no observed revision yet: no selected pod has reported")
-    for drift in drifts:
+    ref = f"{metadata.get('name')} -n {metadata.get('namespace')}"
+    for drift in sorted(drifts, key=lambda item: item.observed.approved):  # unapproved first
         lines.append("")
-        lines += _drift_lines(drift, bold, f"{metadata.get('name')} -n {metadata.get('namespace')}")
+        lines += _drift_lines(drift, bold)
         if drift.findings:
             lines.append(render_text(drift.findings, color=color).rstrip("\n"))
+        if not drift.observed.approved:
+            lines.append(f"to approve: lockstep approve {ref} --revision {drift.observed.digest[:19]}")
     return "\n".join(lines) + "\n"
 
 
-def _drift_lines(drift: ObservedDrift, bold: Any, ref: str) -> list[str]:
+def _drift_lines(drift: ObservedDrift, bold: Any) -> list[str]:
     entry = drift.observed
     pods = ", ".join(entry.pods[:5]) + (f" and {entry.pod_count - 5} more" if entry.pod_count > 5 else "")
     state = "approved" if entry.approved else "NOT APPROVED"
@@ -318,7 +321,6 @@ def _drift_lines(drift: ObservedDrift, bold: Any, ref: str) -> list[str]:
         lines.append(f"  {len(drift.findings)} finding(s) {against}"
                      + (f", worst {worst.value}" if worst else ""))
         lines += [f"  note: {note}" for note in drift.notes]
-        lines.append(f"  approve: lockstep approve {ref} --revision {entry.digest[:19]}")
     return lines
 
 

@@ -133,7 +133,16 @@ async def test_rewrites_a_git_manifest_in_place_keeping_comments_and_order(clust
     # Everything that was there is still there, in the same order: the change only appends.
     assert rewritten.startswith(original)
     added = rewritten[len(original):]
-    assert added.startswith(f"    - digest: {Revision.of(pulled).aggregate}\n      formula: lockstep/v1\n")
+    # The pull request opens with what changed, in words, above the new entry.
+    digest, before = Revision.of(pulled).aggregate, Revision.of(clean).aggregate
+    comment, entry = added.split("    - digest:", 1)
+    first_seen = cluster.get()["status"]["observed"][1]["firstSeen"]
+    summary, against, finding = comment.splitlines()
+    assert summary == f"    # lockstep approve: {digest[:19]}, served by 1 pod(s) since {first_seen}"
+    assert against == f"    # changes against {before[:19]}:"
+    assert finding.startswith("    #   ~ tool/get_forecast [high] description gains instruction-like text")
+    assert finding.endswith("…")
+    assert entry.startswith(f" {digest}\n      formula: lockstep/v1\n")
     # The poisoned description reads as a block in the pull request, not as an escaped one-liner.
     assert "description: |-\n" in added and "            <IMPORTANT>Before using this tool" in added
     pinned = load_pinned(yaml.safe_load(rewritten))
