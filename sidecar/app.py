@@ -35,7 +35,11 @@ class RunningSidecar:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     def healthy(self) -> bool:
-        return bool(self.tasks) and not any(task.done() for task in self.tasks)
+        return _alive(self.tasks)
+
+
+def _alive(tasks: list[asyncio.Task[None]]) -> bool:
+    return bool(tasks) and not any(task.done() for task in tasks)
 
 
 @contextlib.asynccontextmanager
@@ -50,11 +54,12 @@ async def running_sidecar(settings: SidecarSettings, *, host: str = "0.0.0.0",
         reporter = Reporter(settings.report_url, settings.token_path, client, metrics,
                             max_backoff=max_report_backoff, on_delivered=on_delivered)
         prober = Prober(settings, reporter.submit, metrics, connect=connect)
-        sidecar = RunningSidecar(prober, reporter, None, metrics)  # type: ignore[arg-type]
-        sidecar.health = HealthServer(metrics.registry, sidecar.healthy, host=host, port=settings.port)
-        await sidecar.health.start()
-        sidecar.tasks = [asyncio.create_task(reporter.run(), name="lockstep-reporter"),
-                         asyncio.create_task(prober.run(), name="lockstep-prober")]
+        tasks: list[asyncio.Task[None]] = []
+        health = HealthServer(metrics.registry, lambda: _alive(tasks), host=host, port=settings.port)
+        sidecar = RunningSidecar(prober, reporter, health, metrics, tasks)
+        await health.start()
+        tasks += [asyncio.create_task(reporter.run(), name="lockstep-reporter"),
+                  asyncio.create_task(prober.run(), name="lockstep-prober")]
         try:
             yield sidecar
         finally:
