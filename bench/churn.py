@@ -8,6 +8,7 @@ false-high rate is known.
     python bench/churn.py                # offline: diff the pinned corpus, print the table
     python bench/churn.py --details      # ... and every finding with its reasons
     python bench/churn.py --refresh      # install each version, read its interface, pin it
+    python bench/churn.py --cost         # ... and time the diff of 1,000 changed tools
 
 ``--refresh`` installs each listed version of each server into a scratch
 folder (PyPI packages into one virtualenv per server, npm packages with
@@ -336,17 +337,49 @@ def _reason_class(reason: str) -> str:
     return reason
 
 
+def measure_cost(tools: int = 1000, repeats: int = 3) -> None:
+    """Time the worst case: every tool of a large interface changed (description and schema)."""
+    import copy
+    import statistics
+    import time
+
+    description = "Get the forecast for a city and the days ahead. " * 20
+    old: dict[str, Any] = {"tools": [{"name": f"tool_{i}", "description": f"{i} {description}", "inputSchema": {
+        "type": "object", "required": ["p0"], "properties": {
+            f"p{j}": {"type": "string", "maxLength": 100, "description": f"parameter {i}.{j} " * 8}
+            for j in range(20)}}} for i in range(tools)]}
+    new = copy.deepcopy(old)
+    for tool in new["tools"]:
+        tool["description"] += " Now faster."
+        tool["inputSchema"]["properties"]["p1"]["maxLength"] = 200
+    size = len(json.dumps(new)) / 1e6
+    approved, observed = Interface.from_document(old), Interface.from_document(new)
+    timings = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        findings = diff_interfaces(approved, observed)
+        timings.append(time.perf_counter() - start)
+    print(f"\ncost: {tools} tools ({size:.1f} MB), every one changed: {len(findings)} findings, "
+          f"median {statistics.median(timings) * 1000:.0f} ms; unchanged: ", end="")
+    start = time.perf_counter()
+    diff_interfaces(approved, approved)
+    print(f"{(time.perf_counter() - start) * 1000:.0f} ms")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--refresh", action="store_true", help="install, read and pin every listed version")
     parser.add_argument("--only", action="append", default=[], help="refresh only this server (repeatable)")
     parser.add_argument("--details", action="store_true", help="print every finding and its reasons")
     parser.add_argument("--corpus", type=Path, default=CORPUS)
+    parser.add_argument("--cost", action="store_true", help="also time the diff of a large, fully changed interface")
     options = parser.parse_args(argv)
     if options.refresh:
         specs = [spec for spec in SERVERS if not options.only or spec.name in options.only]
         refresh(specs, options.corpus)
     print_table(measure(options.corpus), options.details)
+    if options.cost:
+        measure_cost()
     return 0
 
 

@@ -18,14 +18,16 @@ holds the rules that need the definitions:
 from __future__ import annotations
 
 import enum
+import functools
 import re
 import unicodedata
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 __all__ = [
     "INSTRUCTION_PHRASES",
+    "Phrase",
     "Severity",
     "TextSignal",
     "annotation_risks",
@@ -127,36 +129,49 @@ _NOUNS = {
 #: Instruction-like text aimed at the model, as (label, pattern). Patterns match
 #: lower-cased, NFKC-normalised text with hidden characters removed and runs of
 #: whitespace collapsed, so "Ig\u200bnore  PREVIOUS instructions" still matches.
-INSTRUCTION_PHRASES: tuple[tuple[str, str], ...] = (
-    ("ignore previous instructions",
-     (r"\b(ignore|disregard|forget|override|bypass)\b[^.]{0,30}?\b(previous|prior|above|earlier|preceding|"
-     r"all|any|other|system|safety)\b[^.]{0,20}?\b(instructions?|prompts?|rules|directions|guidelines|"
-     r"messages|context)\b")),
-    ("you must", r"\byou (must|have to|are required to|shall)\b"),
-    ("do not tell the user",
-     (r"\b(do not|don't|never|must not)\s+(tell|inform|notify|alert|mention|reveal|show|disclose|say)\b"
-     r"[^.]{0,40}?\b(user|human|anyone|them)\b")),
-    ("without telling the user",
-     r"\bwithout\s+(telling|informing|asking|notifying|alerting|showing)\b[^.]{0,20}?\b(user|human)\b"),
-    ("do not mention", r"\b(do not|don't|never)\s+mention\b"),
-    ("keep it secret", r"\b(keep|treat) (this|it|these) (secret|hidden|confidential|private)\b"),
-    ("before using this tool",
-     r"\bbefore (using|calling|invoking|running|executing) (this|the|any) (tool|function)\b"),
-    ("read a secret file",
-     (r"(~/\.ssh|\bid_rsa\b|\bid_ed25519\b|\.aws/credentials|~/\.cursor|\bmcp\.json\b|/etc/passwd|"
-     r"/etc/shadow|\.netrc\b|\.npmrc\b|\.pgpass\b|\.kube/config\b|\bprivate key\b)")),
-    ("pass the contents",
-     (r"\b(pass|send|include|append|upload|forward)\b[^.]{0,20}?\b(its|the|their|file's|whole)\s+"
-     r"(content|contents)\b")),
-    ("role marker",
-     r"(<\|im_start\|>|<\|im_end\|>|\[/?inst\]|\[/?system\]|<<sys>>|(^|\n)\s*(system|assistant|human)\s*:)"),
-    ("system prompt", r"\b(system prompt|developer mode|new instructions|hidden instructions|secret instructions)\b"),
-    ("act as", r"\b(act as|pretend (to be|you are)|you are now)\b"),
-    ("shadow other tools",
-     (r"(\bwhen this tool is (available|present|enabled|loaded)\b|\binstead of (using|calling) (the |any )?"
-     r"[\w.-]+ tool\b|\ball other tools\b)")),
+@dataclass(frozen=True)
+class Phrase:
+    """An instruction-like phrase: its label, the words one of which it must contain, its pattern."""
+
+    label: str
+    anchors: tuple[str, ...]  # a cheap substring test before the regular expression
+    pattern: str
+
+
+INSTRUCTION_PHRASES: tuple[Phrase, ...] = (
+    Phrase("ignore previous instructions", ("ignore", "disregard", "forget", "override", "bypass"),
+           r"\b(ignore|disregard|forget|override|bypass)\b[^.]{0,30}?\b(previous|prior|above|earlier|"
+           r"preceding|all|any|other|system|safety)\b[^.]{0,20}?\b(instructions?|prompts?|rules|directions|"
+           r"guidelines|messages|context)\b"),
+    Phrase("you must", ("you ",), r"\byou (must|have to|are required to|shall)\b"),
+    Phrase("do not tell the user", ("not", "don't", "never"),
+           r"\b(do not|don't|never|must not)\s+(tell|inform|notify|alert|mention|reveal|show|disclose|say)\b"
+           r"[^.]{0,40}?\b(user|human|anyone|them)\b"),
+    Phrase("without telling the user", ("without",),
+           r"\bwithout\s+(telling|informing|asking|notifying|alerting|showing)\b[^.]{0,20}?\b(user|human)\b"),
+    Phrase("do not mention", ("mention",), r"\b(do not|don't|never)\s+mention\b"),
+    Phrase("keep it secret", ("keep", "treat"),
+           r"\b(keep|treat) (this|it|these) (secret|hidden|confidential|private)\b"),
+    Phrase("before using this tool", ("before",),
+           r"\bbefore (using|calling|invoking|running|executing) (this|the|any) (tool|function)\b"),
+    Phrase("read a secret file",
+           (".ssh", "id_rsa", "id_ed25519", ".aws/", ".cursor", "mcp.json", "/etc/", ".netrc", ".npmrc", ".pgpass",
+            ".kube/", "private key"),
+           r"(~/\.ssh|\bid_rsa\b|\bid_ed25519\b|\.aws/credentials|~/\.cursor|\bmcp\.json\b|/etc/passwd|"
+           r"/etc/shadow|\.netrc\b|\.npmrc\b|\.pgpass\b|\.kube/config\b|\bprivate key\b)"),
+    Phrase("pass the contents", ("content",),
+           r"\b(pass|send|include|append|upload|forward)\b[^.]{0,20}?\b(its|the|their|file's|whole)\s+"
+           r"(content|contents)\b"),
+    Phrase("role marker", ("im_start", "im_end", "inst]", "system]", "<<sys>>", "system", "assistant", "human"),
+           r"(<\|im_start\|>|<\|im_end\|>|\[/?inst\]|\[/?system\]|<<sys>>|(^|\n)\s*(system|assistant|human)\s*:)"),
+    Phrase("system prompt", ("system prompt", "developer mode", "instructions"),
+           r"\b(system prompt|developer mode|new instructions|hidden instructions|secret instructions)\b"),
+    Phrase("act as", ("act as", "pretend", "you are now"), r"\b(act as|pretend (to be|you are)|you are now)\b"),
+    Phrase("shadow other tools", ("this tool is", "instead of", "all other tools"),
+           r"(\bwhen this tool is (available|present|enabled|loaded)\b|\binstead of (using|calling) (the |any )?"
+           r"[\w.-]+ tool\b|\ball other tools\b)"),
 )
-_PHRASE_PATTERNS = tuple((label, re.compile(pattern)) for label, pattern in INSTRUCTION_PHRASES)
+_PHRASE_PATTERNS = tuple((phrase, re.compile(phrase.pattern)) for phrase in INSTRUCTION_PHRASES)
 
 _BIDI_CONTROLS = frozenset(
     [0x061C, 0x200E, 0x200F, 0x202A, 0x202B, 0x202C, 0x202D, 0x202E, 0x2066, 0x2067, 0x2068, 0x2069]
@@ -206,14 +221,18 @@ def _quote(text: str, limit: int = 60) -> str:
     return "'" + text + "'"
 
 
+_UNUSUAL = re.compile(r"[^\x20-\x7e\t\n\r]")
+
+
 def hidden_characters(text: str) -> Iterator[tuple[int, SignalCategory]]:
     """Yield (index, category) of every invisible, bidirectional or tag character in ``text``.
 
     Emoji presentation selectors after a symbol and a zero-width joiner between
     two symbols (emoji sequences such as a family emoji) are legitimate and skipped.
     """
-    for index, char in enumerate(text):
-        code = ord(char)
+    for match in _UNUSUAL.finditer(text):  # printable ASCII is never hidden: skip it fast
+        index = match.start()
+        code = ord(match.group())
         if 0xE0000 <= code <= 0xE007F:
             yield index, SignalCategory.TAG
         elif code in _BIDI_CONTROLS:
@@ -310,13 +329,28 @@ def _tag_payloads(text: str) -> Iterator[str]:
             payload = []
 
 
-def _normalise_for_phrases(text: str) -> str:
-    hidden = {index for index, _ in hidden_characters(text)}
-    kept = "".join(char for index, char in enumerate(text) if index not in hidden)
-    folded = unicodedata.normalize("NFKC", kept).lower()
-    folded = "".join(_LOOKALIKES.get(char, char).lower() for char in folded)
-    folded = folded.replace("\u2019", "'")
+def _normalise_for_phrases(text: str, hidden: set[int]) -> str:
+    if text.isascii() and not hidden:
+        folded = text.lower()
+    else:
+        kept = "".join(char for index, char in enumerate(text) if index not in hidden)
+        folded = unicodedata.normalize("NFKC", kept).lower()
+        folded = "".join(_LOOKALIKES.get(char, char).lower() for char in folded)
+        folded = folded.replace("\u2019", "'")
     return re.sub(r"[ \t\f\v]+", " ", folded)
+
+
+_CACHED_LENGTH = 4096
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_signals(text: str) -> tuple[tuple[TextSignal, int], ...]:
+    return tuple(text_signals(text).items())
+
+
+def _signals_of(text: str) -> Iterable[tuple[TextSignal, int]]:
+    """``text_signals`` with short texts cached: interfaces repeat parameter descriptions a lot."""
+    return _cached_signals(text) if len(text) <= _CACHED_LENGTH else text_signals(text).items()
 
 
 def text_signals(text: str) -> dict[TextSignal, int]:
@@ -330,14 +364,17 @@ def text_signals(text: str) -> dict[TextSignal, int]:
     def add(signal: TextSignal, count: int = 1) -> None:
         signals[signal] = signals.get(signal, 0) + count
 
-    for index, category in hidden_characters(text):
+    hidden = dict(hidden_characters(text))
+    for index, category in hidden.items():
         if category is not SignalCategory.TAG:
             add(TextSignal(category, f"U+{ord(text[index]):04X}"))
-    for payload in _tag_payloads(text):
-        add(TextSignal(SignalCategory.TAG, payload))
-    for word in _confusable_words(text):
-        add(TextSignal(SignalCategory.CONFUSABLE, word))
-    for signal in _once_signals(text):
+    if SignalCategory.TAG in hidden.values():
+        for payload in _tag_payloads(text):
+            add(TextSignal(SignalCategory.TAG, payload))
+    if not text.isascii():
+        for word in _confusable_words(text):
+            add(TextSignal(SignalCategory.CONFUSABLE, word))
+    for signal in _once_signals(text, set(hidden)):
         signals[signal] = 1
     return signals
 
@@ -357,21 +394,27 @@ def _markup_tags(text: str) -> Iterator[str]:
             yield name
 
 
-def _once_signals(text: str) -> Iterator[TextSignal]:
+def _once_signals(text: str, hidden: set[int]) -> Iterator[TextSignal]:
     for name in _markup_tags(text):
         yield TextSignal(SignalCategory.MARKUP, f"<{name}>")
     if _HTML_COMMENT.search(text):
         yield TextSignal(SignalCategory.MARKUP, "<!-- comment -->")
-    for match in _MARKDOWN_LINK.finditer(text):
-        what = "markdown image" if match.group(1) else "markdown link"
-        yield TextSignal(SignalCategory.MARKUP, f"{what} to {match.group(2)}")
-    for pattern in (_URL, _SCHEME_URL):
-        for match in pattern.finditer(text):
+    # Substring tests first: the regular expressions cost tens of microseconds per kilobyte.
+    if "](" in text:
+        for match in _MARKDOWN_LINK.finditer(text):
+            what = "markdown image" if match.group(1) else "markdown link"
+            yield TextSignal(SignalCategory.MARKUP, f"{what} to {match.group(2)}")
+    lowered = text.lower()
+    if "://" in text or "www." in lowered:
+        for match in _URL.finditer(text):
             yield TextSignal(SignalCategory.URL, match.group().rstrip(_URL_TRAILER))
-    normalised = _normalise_for_phrases(text)
-    for label, phrase in _PHRASE_PATTERNS:
-        if phrase.search(normalised):
-            yield TextSignal(SignalCategory.INSTRUCTION, label)
+    if "script:" in lowered or "data:" in lowered:
+        for match in _SCHEME_URL.finditer(text):
+            yield TextSignal(SignalCategory.URL, match.group().rstrip(_URL_TRAILER))
+    normalised = _normalise_for_phrases(text, hidden)
+    for phrase, pattern in _PHRASE_PATTERNS:
+        if any(anchor in normalised for anchor in phrase.anchors) and pattern.search(normalised):
+            yield TextSignal(SignalCategory.INSTRUCTION, phrase.label)
 
 
 # Subtrees and fields that are not text for the model: icons are cosmetic, _meta
@@ -379,29 +422,35 @@ def _once_signals(text: str) -> Iterator[TextSignal]:
 _UNSCANNED_FIELDS = frozenset({"icons", "_meta", "mimeType", "uri", "uriTemplate"})
 
 
-def scanned_strings(definition: Any) -> Iterator[tuple[str, str]]:
-    """Yield (JSON pointer, text) for every string a model may read in a component definition.
+Path = tuple[str | int, ...]
 
-    Object keys are yielded too (a property name is text the model reads).
+
+def scanned_strings(definition: Any) -> Iterator[tuple[Path, str]]:
+    """Yield (path, text) for every string a model may read in a component definition.
+
+    Object keys are yielded too (a property name is text the model reads). A path
+    is the tuple of keys and indexes; :func:`pointer` makes it a JSON pointer.
     """
     if isinstance(definition, str):
-        yield "", definition
+        yield (), definition
         return
-    stack: list[tuple[Any, str, int]] = [(definition, "", 0)]
+    stack: list[tuple[Any, Path]] = [(definition, ())]
     while stack:
-        value, pointer, depth = stack.pop()
+        value, path = stack.pop()
         if isinstance(value, str):
-            yield pointer, value
+            yield path, value
         elif isinstance(value, dict):
             for key, child in value.items():
-                if depth == 0 and key in _UNSCANNED_FIELDS or key.startswith("$"):
+                if not path and key in _UNSCANNED_FIELDS or key.startswith("$"):
                     continue
-                child_pointer = f"{pointer}/{_escape(key)}"
-                yield child_pointer, key
-                stack.append((child, child_pointer, depth + 1))
+                yield (*path, key), key
+                stack.append((child, (*path, key)))
         elif isinstance(value, list):
-            for index, child in enumerate(value):
-                stack.append((child, f"{pointer}/{index}", depth + 1))
+            stack.extend((child, (*path, index)) for index, child in enumerate(value))
+
+
+def pointer(path: Path) -> str:
+    return "".join(f"/{_escape(token) if isinstance(token, str) else token}" for token in path)
 
 
 def _escape(token: str) -> str:
@@ -428,15 +477,19 @@ def gain_reasons(gains: Sequence[GainedSignal], label: Callable[[str], str]) -> 
             for (pointer, category), details in grouped.items()]
 
 
-def _definition_signals(definition: Any) -> tuple[dict[TextSignal, int], dict[TextSignal, str]]:
+def _definition_signals(definition: Any, memo: dict[str, dict[TextSignal, int]]
+                        ) -> tuple[dict[TextSignal, int], dict[TextSignal, str]]:
     counts: dict[TextSignal, int] = {}
     where: dict[TextSignal, str] = {}
     if definition is None:
         return counts, where
-    for pointer, text in scanned_strings(definition):
-        for signal, count in text_signals(text).items():
+    for path, text in scanned_strings(definition):
+        if text not in memo:
+            memo[text] = dict(_signals_of(text))
+        for signal, count in memo[text].items():
             counts[signal] = counts.get(signal, 0) + count
-            where.setdefault(signal, pointer)
+            if signal not in where:
+                where[signal] = pointer(path)
     return counts, where
 
 
@@ -445,8 +498,9 @@ def gained_signals(old: Any, new: Any) -> list[GainedSignal]:
 
     Hidden and look-alike characters are compared by count, the rest by presence.
     """
-    old_counts, _ = _definition_signals(old)
-    new_counts, where = _definition_signals(new)
+    memo: dict[str, dict[TextSignal, int]] = {}  # most strings are the same on both sides
+    old_counts, _ = _definition_signals(old, memo)
+    new_counts, where = _definition_signals(new, memo)
     gained = []
     for signal, count in new_counts.items():
         counted = signal.category in (SignalCategory.INVISIBLE, SignalCategory.BIDI, SignalCategory.CONFUSABLE)
