@@ -92,7 +92,7 @@ def panels() -> list[dict[str, Any]]:
         panel("timeseries", "Isolated pods",
               "Pods out of their Services, by MCPServerInterface and state. Under Isolate enforcement a "
               "drifted pod stays here until its interface is approved or rolled back.", "none",
-              [target(f"sum by (namespace, interface, state) ({pods(ISOLATED_STATES)})",
+              [target(f"sum by (namespace, interface, state) ({pods(ISOLATED_STATES)}) > 0",
                       "{{namespace}}/{{interface}} {{state}}")],
               (12, 4, 12, 8), defaults=stacked),
         panel("barchart", "Drift findings by component kind, change and severity",
@@ -113,7 +113,7 @@ def panels() -> list[dict[str, Any]]:
               "Pods whose sidecar sent no report within spec.probe.staleAfter. Lockstep fails closed, so "
               "they are isolated too; look at the sidecar's logs and the network path to the operator.",
               "none",
-              [target(f'sum by (namespace, interface) ({pods("stale")})', "{{namespace}}/{{interface}}")],
+              [target(f'sum by (namespace, interface) ({pods("stale")}) > 0', "{{namespace}}/{{interface}}")],
               (0, 20, 12, 8)),
         panel("timeseries", "Verdicts and rejected reports",
               "Verdicts per second by condition reason, and reports the operator refused by reason (an "

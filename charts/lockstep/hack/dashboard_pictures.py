@@ -76,6 +76,9 @@ def timeseries(ax: Axes, panel: dict[str, Any], queries: list[dict[str, Any]], s
             ax.axvline(moment, color=GRID, linestyle=":", linewidth=0.8)
             ax.text(moment, 1.0, event.replace("_", " "), transform=ax.get_xaxis_transform(), color="#8e8e8e",
                     fontsize=6, rotation=90, va="top", ha="right")
+    if queries:
+        ax.set_xlim(datetime.datetime.fromtimestamp(queries[0]["start"], datetime.timezone.utc),
+                    datetime.datetime.fromtimestamp(queries[0]["end"], datetime.timezone.utc))
     ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))
     ax.grid(color=GRID, linewidth=0.5)
     ax.set_ylabel(unit_label(panel["fieldConfig"]["defaults"]["unit"]), color=TEXT, fontsize=7)
@@ -108,7 +111,8 @@ def bars(ax: Axes, panel: dict[str, Any], queries: list[dict[str, Any]]) -> None
     if not rows:
         ax.text(0.5, 0.5, "No data", color="#8e8e8e", ha="center", va="center", transform=ax.transAxes)
         return
-    ax.barh([r[0] for r in rows], [r[1] for r in rows], color=COLORS[4])
+    ax.barh([r[0] for r in rows], [r[1] for r in rows], color=COLORS[4], height=0.5)
+    ax.xaxis.get_major_locator().set_params(integer=True)
     ax.grid(color=GRID, linewidth=0.5, axis="x")
     ax.set_xlabel("findings", color=TEXT, fontsize=7)
 
@@ -150,14 +154,14 @@ def main() -> None:
     for query in data["queries"]:
         by_panel.setdefault(query["panel"], []).append(query)
     rows = max(p["gridPos"]["y"] + p["gridPos"]["h"] for p in dashboard["panels"])
-    figure = plt.figure(figsize=(16, rows * 0.42), facecolor=BACKGROUND)
-    grid = figure.add_gridspec(rows, 24, hspace=1.6, wspace=1.2)
+    figure = plt.figure(figsize=(16, rows * 0.5), facecolor=BACKGROUND)
+    grid = figure.add_gridspec(rows, 24, hspace=3.0, wspace=1.2, top=0.96, bottom=0.02, left=0.06, right=0.99)
     for panel in dashboard["panels"]:
         x, y, w, h = (panel["gridPos"][k] for k in ("x", "y", "w", "h"))
         draw(figure.add_subplot(grid[y:y + h, x:x + w]), panel, by_panel.get(panel["title"], []), data)
     figure.suptitle("Lockstep (dashboard uid lockstep-overview): a rug pull, a stale sidecar, forged reports, "
-                    "an approval", color=TEXT, fontsize=12, y=0.995)
-    figure.savefig(IMG / "dashboard.png", dpi=80, facecolor=BACKGROUND, bbox_inches="tight")
+                    "an approval", color=TEXT, fontsize=12, y=0.99)
+    figure.savefig(IMG / "dashboard.png", dpi=80, facecolor=BACKGROUND)
     plt.close(figure)
     for panel in dashboard["panels"]:
         small = plt.figure(figsize=(8 if panel["gridPos"]["w"] > 6 else 3.5, 3.2), facecolor=BACKGROUND)
