@@ -117,6 +117,8 @@ def _text_diff(pointer: str, old: str, new: str) -> list[str]:
 def _whole_component_lines(detail: FieldChange) -> list[str]:
     """What a reviewer needs to see of a new component: its fields, text in full."""
     definition = detail.new
+    if isinstance(definition, str):  # the instructions
+        return [f"+ {line}" for line in visible(definition).splitlines() or [""]]
     if not isinstance(definition, dict):
         return [f"+ {_value(definition, limit=None)}"]
     lines = []

@@ -135,3 +135,10 @@ def test_lookalike_letters_in_names_and_tag_runs_are_spelled_out() -> None:
     text = render_text(diff_interfaces(old, new))
     assert "    + /description: Reads.<TAG 'hi'>" in text.splitlines()
     assert "  * description gains Unicode tag characters hiding 'hi'" in text.splitlines()
+
+
+def test_new_instructions_render_line_by_line() -> None:
+    new = Interface.from_document({"instructions": "Use the tools.\nSee https://docs.example/."})
+    lines = render_text(diff_interfaces(Interface.from_document({}), new)).splitlines()
+    assert lines == ["+ instructions [high]", "  * instructions gains URL https://docs.example/",
+                     "  * new instructions", "    + Use the tools.", "    + See https://docs.example/."]
