@@ -207,16 +207,26 @@ def _apply(cluster: Cluster, name: str, live: Mapping[str, Any], plan: Plan, *, 
 
 def _rewrite_file(path: Path, live: Mapping[str, Any], plan: Plan, *, replace: bool, prune: bool,
                   digests_only: bool, dry_run: bool) -> None:
+    metadata = live.get("metadata") or {}
+    name, namespace = str(metadata.get("name")), str(metadata.get("namespace") or "")
     document = RoundTripFile.load(path)
-    manifest = document.find(str((live.get("metadata") or {}).get("name")),
-                             str((live.get("metadata") or {}).get("namespace") or ""))
-    result = _edit(manifest, plan, replace=replace, prune=prune, digests_only=digests_only, style=review_style)
-    if result.added and plan.observed is not None:
+    # Decide on a plain copy with the pure edit functions, then make the same change to the file.
+    result = _edit(_plain(document.find(name, namespace)), plan, replace=replace, prune=prune,
+                   digests_only=digests_only)
+    if result.removed:
+        document = document.without_entries(document.find(name, namespace), set(result.removed))
+    if result.added:
+        manifest = document.find(name, namespace)
+        if manifest["spec"].get("approved") is None:  # every entry was cut out (--replace)
+            from ruamel.yaml.comments import CommentedSeq
+
+            manifest["spec"]["approved"] = CommentedSeq()
+        approve(manifest, plan.interface, with_definitions=not digests_only, style=review_style)  # type: ignore[arg-type]
         approved = manifest["spec"]["approved"]
         approved.yaml_set_comment_before_after_key(len(approved) - 1, before=approval_comment(plan),
-                                                   indent=document.mapping_indent + document.dash_offset)
+                                                   indent=document.dash_column(approved))
     if result.changed:
-        text = document.dump()
+        text = document.dump() if result.added else document.text
         if dry_run:
             click.echo(text, nl=False)
         else:
@@ -267,29 +277,68 @@ class RoundTripFile:
     yaml: Any
     mapping_indent: int = 2
     dash_offset: int = 0
+    sequence_indent: int = 2
+
+    @property
+    def indents(self) -> tuple[int, int, int]:
+        return (self.mapping_indent, self.sequence_indent, self.dash_offset)
 
     @classmethod
     def load(cls, path: Path) -> RoundTripFile:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as error:
+            raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
+        return cls.parse(path, text)
+
+    @classmethod
+    def parse(cls, path: Path, text: str, indents: tuple[int, int, int] | None = None) -> RoundTripFile:
+        """Parse ``text``; ``indents`` (mapping, sequence, dash offset) are guessed from it unless given."""
         from ruamel.yaml import YAML
         from ruamel.yaml.error import YAMLError
         from ruamel.yaml.util import load_yaml_guess_indent
 
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as error:
-            raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
-        _, sequence_indent, dash_offset = load_yaml_guess_indent(text)
-        mapping_indent = _mapping_indent(text)
-        yaml = YAML()  # round-trip mode
-        yaml.preserve_quotes = True
-        yaml.width = 4096  # never re-wrap existing lines
-        yaml.indent(mapping=mapping_indent, sequence=sequence_indent or mapping_indent, offset=dash_offset or 0)
-        yaml.explicit_start = text.lstrip().startswith("---")
-        try:
+            if indents is None:
+                _, sequence_indent, dash_offset = load_yaml_guess_indent(_indent_sample(text))
+                mapping_indent = _mapping_indent(text)
+            else:
+                mapping_indent, sequence_indent, dash_offset = indents
+            yaml = YAML()  # round-trip mode
+            yaml.preserve_quotes = True
+            yaml.width = 4096  # never re-wrap existing lines
+            yaml.indent(mapping=mapping_indent, sequence=sequence_indent or mapping_indent, offset=dash_offset or 0)
+            yaml.explicit_start = text.lstrip().startswith("---")
             documents = [document for document in yaml.load_all(text)]
         except YAMLError as error:
             raise UsageError(f"{path}: invalid YAML: {str(error).splitlines()[0]}") from None
-        return cls(path, text, documents, yaml, mapping_indent, dash_offset or 0)
+        return cls(path, text, documents, yaml, mapping_indent, dash_offset or 0,
+                   sequence_indent or mapping_indent)
+
+    def without_entries(self, manifest: Any, digests: set[str]) -> RoundTripFile:
+        """This file with the approved entries of ``digests`` cut out of the text, each with the comment
+        lines right above it (which describe it), everything else byte for byte."""
+        approved = manifest["spec"]["approved"]
+        spans = _entry_spans(self.text.splitlines(keepends=True), approved)
+        if spans is None:  # flow style or otherwise unusual layout: let ruamel delete the nodes
+            for index in reversed(range(len(approved))):
+                if approved[index].get("digest") in digests:
+                    del approved[index]
+            return RoundTripFile.parse(self.path, self.dump(), self.indents)
+        lines = self.text.splitlines(keepends=True)
+        for index in reversed(range(len(approved))):
+            if approved[index].get("digest") in digests:
+                start, end = spans[index]
+                del lines[start:end]
+        return RoundTripFile.parse(self.path, "".join(lines), self.indents)
+
+    def dash_column(self, sequence: Any) -> int:
+        """The column of the dashes of a block sequence (for comments above its items)."""
+        if len(sequence) and hasattr(sequence, "lc") and sequence.lc.data:
+            line = self.text.splitlines()[sequence.lc.item(0)[0]]
+            if line.lstrip().startswith("-"):
+                return len(line) - len(line.lstrip())
+        return self.mapping_indent + self.dash_offset
 
     def find(self, name: str, namespace: str) -> Any:
         """The one MCPServerInterface document of the file with this name (and namespace, if it has one)."""
@@ -327,6 +376,36 @@ class RoundTripFile:
         if reloaded != [_plain(document) for document in self.documents]:
             raise UsageError(f"{self.path}: cannot rewrite it without changing its data; "
                              "edit it by hand from the output of lockstep approve without -f")
+
+
+def _entry_spans(lines: list[str], sequence: Any) -> list[tuple[int, int]] | None:
+    """For each item of a block sequence, the range of text lines it takes: from the comment lines right
+    above its dash to the line before the next item (or the end of the sequence). None if not block style."""
+    starts = [sequence.lc.item(index)[0] for index in range(len(sequence))]
+    if len(set(starts)) != len(starts) or not all(lines[line].lstrip().startswith("-") for line in starts):
+        return None
+    column = len(lines[starts[0]]) - len(lines[starts[0]].lstrip())
+    begins = []
+    for start in starts:
+        begin = start
+        while begin > 0 and lines[begin - 1].lstrip().startswith("#") \
+                and len(lines[begin - 1]) - len(lines[begin - 1].lstrip()) <= column:  # deeper: the item above's
+            begin -= 1
+        begins.append(begin)
+    end = starts[-1] + 1
+    while end < len(lines) and (not lines[end].strip()
+                                or len(lines[end]) - len(lines[end].lstrip()) > column):
+        end += 1
+    while end > starts[-1] + 1 and not lines[end - 1].strip():  # trailing blank lines stay
+        end -= 1
+    return [(begins[index], begins[index + 1] if index + 1 < len(starts) else end)
+            for index in range(len(starts))]
+
+
+def _indent_sample(text: str) -> str:
+    """The document to guess the indentation from (ruamel's guess reads one document only)."""
+    chunks = re.split(r"(?m)^---[ \t]*$", text)
+    return next((chunk for chunk in chunks if "MCPServerInterface" in chunk), chunks[-1])
 
 
 def _mapping_indent(text: str) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
@@ -204,12 +203,43 @@ async def test_apply_merge_patches_spec_approved(cluster, clean):
 
 async def test_prune_drops_revisions_no_pod_serves(cluster, clean, tmp_path):
     pulled = await read_weather(weather.rug_pull)
-    manifest = interface_manifest([clean, pulled])
-    await cluster.put(with_status(manifest, {"weather-0": pulled, "weather-1": pulled}))  # rollout finished
     path = tmp_path / "interface.yaml"
-    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    path.write_text(original := git_manifest(Revision.of(clean)))
+    # A rollout: one pod on the new release, approved in a first pull request.
+    await cluster.put(with_status(interface_manifest(clean), {"weather-0": clean, "weather-1": pulled}))
+    assert (await cluster.lockstep("approve", "weather", "-f", str(path))).exit_code == 0
+    # The rollout finished; a second pull request prunes the old revision.
+    await cluster.put(with_status(interface_manifest([clean, pulled]), {"weather-1": pulled, "weather-2": pulled}))
     result = await cluster.lockstep("approve", "weather", "--prune", "-f", str(path))
     assert result.exit_code == 0, result.output
     assert f"{Revision.of(clean).aggregate} no longer approved" in result.stderr
-    pinned = load_pinned(yaml.safe_load(Path(path).read_text()))
+    text = path.read_text()
+    pinned = load_pinned(yaml.safe_load(text))
     assert [revision.aggregate for revision in pinned.revisions] == [Revision.of(pulled).aggregate]
+    # The old entry went with the comment above it; the new one kept its own; the rest is untouched.
+    head = original[: original.index("    # v1.0.0")]
+    assert text.startswith(head + f"    # lockstep approve: {Revision.of(pulled).aggregate[:19]}")
+    assert "PR #12" not in text and "# owner of the server" in text
+
+
+async def test_prune_never_leaves_nothing_approved(cluster, clean, tmp_path):
+    pulled = await read_weather(weather.rug_pull)
+    await cluster.put(with_status(interface_manifest(clean), {"weather-1": pulled}))
+    result = await cluster.lockstep("approve", "weather", "--prune", "--revision", "sha256:ffff")
+    assert result.exit_code == 2 and "no observed revision has digest" in result.stderr
+    manifest = interface_manifest(clean)
+    await cluster.put(with_status(manifest, {}))
+    result = await cluster.lockstep("approve", "weather", "--prune")
+    assert result.exit_code == 2 and "pruning would approve nothing" in result.stderr
+
+
+async def test_replace_in_git_drops_old_entries_and_their_comments(cluster, clean, tmp_path):
+    pulled = await read_weather(weather.rug_pull)
+    await cluster.put(with_status(interface_manifest(clean), {"weather-1": pulled}))
+    path = tmp_path / "interface.yaml"
+    path.write_text(original := git_manifest(Revision.of(clean)))
+    assert (await cluster.lockstep("approve", "weather", "--replace", "-f", str(path))).exit_code == 0
+    text = path.read_text()
+    assert text.startswith(original[: original.index("    # v1.0.0")] + "    # lockstep approve:")
+    assert [revision.aggregate for revision in load_pinned(yaml.safe_load(text)).revisions] == \
+        [Revision.of(pulled).aggregate]
