@@ -441,7 +441,11 @@ def scanned_strings(definition: Any) -> Iterator[tuple[Path, str]]:
             yield path, value
         elif isinstance(value, dict):
             for key, child in value.items():
-                if not path and key in _UNSCANNED_FIELDS or key.startswith("$"):
+                if not path and key in _UNSCANNED_FIELDS:
+                    continue
+                if key.startswith("$"):  # $schema, $id, $ref are URIs; $defs holds schemas to scan
+                    if not isinstance(child, str):
+                        stack.append((child, (*path, key)))
                     continue
                 yield (*path, key), key
                 stack.append((child, (*path, key)))
