@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeGuard
 
+from lockstep.core.canonical import canonical_json
+
 __all__ = [
     "INSTRUCTION_PHRASES",
     "Phrase",
@@ -650,10 +652,10 @@ def _value_set_widenings(old: dict[str, Any], new: dict[str, Any], where: str) -
         if not isinstance(new.get("enum"), list):
             reasons.append(f"{where}/enum removed")
         else:
-            extra = [value for value in new["enum"] if not any(json_equal(value, seen) for seen in old["enum"])]
+            known = {canonical_json(value) for value in old["enum"]}  # a set: enums can be long
+            extra = [value for value in new["enum"] if canonical_json(value) not in known]
             if extra:
-                listed = ", ".join(_json_scalar(value) for value in extra[:5])
-                reasons.append(f"{where}/enum extended with {listed}")
+                reasons.append(f"{where}/enum extended with {_listing([_json_scalar(value) for value in extra])}")
     if "const" in old and ("const" not in new or not json_equal(old["const"], new["const"])):
         reasons.append(f"{where}/const {'removed' if 'const' not in new else 'changed'}")
     return reasons
@@ -661,9 +663,15 @@ def _value_set_widenings(old: dict[str, Any], new: dict[str, Any], where: str) -
 
 def _required_widenings(old: dict[str, Any], new: dict[str, Any], where: str) -> list[str]:
     old_required = _list_of(old, "required")
-    new_required = _list_of(new, "required")
-    dropped = [name for name in old_required if name not in new_required]
-    return [f"{where}/required no longer requires {', '.join(map(str, dropped))}"] if dropped else []
+    new_required = {canonical_json(name) for name in _list_of(new, "required")}
+    dropped = [name for name in old_required if canonical_json(name) not in new_required]
+    return [f"{where}/required no longer requires {_listing([str(name) for name in dropped])}"] if dropped else []
+
+
+def _listing(items: list[str], shown: int = 5) -> str:
+    """A short list for a reason: "a, b, c, d, e and 12 more"."""
+    listed = ", ".join(items[:shown])
+    return listed + (f" and {len(items) - shown} more" if len(items) > shown else "")
 
 
 def _list_of(schema: dict[str, Any], keyword: str) -> list[Any]:
