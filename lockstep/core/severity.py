@@ -479,8 +479,15 @@ def gain_reasons(gains: Sequence[GainedSignal], label: Callable[[str], str]) -> 
     grouped: dict[tuple[str, SignalCategory], list[str]] = {}
     for gain in gains:
         grouped.setdefault((gain.pointer, gain.signal.category), []).append(gain.signal.detail)
-    return [f"{label(pointer)} gains {_NOUNS[category]} {', '.join(details)}"
-            for (pointer, category), details in grouped.items()]
+    reasons = [f"{label(pointer)} gains {_NOUNS[category]} {_listing(details)}"
+               for (pointer, category), details in grouped.items()]
+    if len(reasons) > _MAX_GAIN_REASONS:
+        more = len(reasons) - _MAX_GAIN_REASONS
+        reasons = [*reasons[:_MAX_GAIN_REASONS], f"and {more} more places gain risky text"]
+    return reasons
+
+
+_MAX_GAIN_REASONS = 10
 
 
 def _definition_signals(definition: Any, memo: dict[str, dict[TextSignal, int]]

@@ -435,3 +435,13 @@ def test_ignore_rules_do_not_hide_other_fields() -> None:
     new = Interface.from_document({"tools": [tool(_meta={"build": "2"}, description="Changed.")]})
     [finding] = diff_interfaces(old, new, ["/tools/*/_meta/build"])
     assert finding.fields == ("description",)
+
+
+def test_reasons_stay_short_for_a_hostile_component() -> None:
+    nine_urls = " ".join(f"https://x.example/{{}}/{j}" for j in range(9))
+    schema = schema_with(properties={f"p{i}": {"type": "string", "description": nine_urls.format(*[i] * 9)}
+                                     for i in range(40)})
+    finding = one_finding(tool(), tool(inputSchema=schema))
+    gains = [reason for reason in finding.reasons if " gains " in reason]
+    assert len(gains) == 10 and finding.reasons[10] == "and 30 more places gain risky text"
+    assert all(reason.endswith("and 4 more") for reason in gains)
