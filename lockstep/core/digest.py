@@ -96,7 +96,10 @@ def _sha256(*parts: bytes) -> str:
 
 
 def component_digest(kind: ComponentKind, definition: Any) -> str:
-    """The ``lockstep/v1`` digest of one component's definition."""
+    """The ``lockstep/v1`` digest of one component's definition.
+
+    Raises an InterfaceError (NonFiniteNumberError, MalformedInterfaceError) for a
+    definition that is not canonical JSON, such as one holding a lone surrogate."""
     return _sha256(FORMULA.encode(), b"\x00", kind.value.encode(), b"\x00", canonical_json(definition))
 
 
@@ -108,7 +111,10 @@ def aggregate_digest(component_digests: Iterable[str]) -> str:
 
 
 def digest_interface(interface: Interface, ignore: IgnoreRules | Iterable[str] | None = None) -> InterfaceDigest:
-    """Digest every component of ``interface`` after removing ignored fields."""
+    """Digest every component of ``interface`` after removing ignored fields.
+
+    Raises IgnoreRuleError for a bad rule, and an InterfaceError for a definition that
+    ``canonical_json`` refuses (the model's validation does not check for lone surrogates)."""
     rules = parse_ignore_rules(ignore)
     entries = []
     for component in interface:
