@@ -136,6 +136,7 @@ class LockstepOperator:
         if self.reconciler is not None:
             with contextlib.suppress(Exception):
                 await self.reconciler.flush_status()
+            await self.reconciler.events.drain()
         if self.report_server is not None:
             await self.report_server.stop()
         if self._metrics_runner is not None:

@@ -32,7 +32,7 @@ class OperatorConfig:
     rate_per_pod: float = 1.0
     rate_burst: int = 10
     #: How long a reviewed token is trusted before it is reviewed again (seconds).
-    token_cache_seconds: float = 60.0
+    token_cache_seconds: float = 300.0
     #: How often the stale timer runs, and how soon a changed resource status is written (seconds).
     stale_check_interval: float = 5.0
     status_flush_interval: float = 1.0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import secrets
 from collections.abc import Mapping
@@ -39,12 +40,24 @@ def build_event(ref: Mapping[str, str], type_: str, reason: str, message: str) -
 
 
 class EventPoster:
-    """Posts Events; a failure is logged, never raised (an Event is not worth failing a verdict)."""
+    """Posts Events in the background (a report is answered once its condition is written, not its
+    Events); a failure is logged, never raised (an Event is not worth failing a verdict)."""
 
     def __init__(self, client: KubeClient) -> None:
         self._client = client
+        self._pending: set[asyncio.Task[None]] = set()
 
     async def post(self, ref: Mapping[str, str], type_: str, reason: str, message: str) -> None:
+        task = asyncio.create_task(self._post(ref, type_, reason, message))
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def drain(self) -> None:
+        """Wait for the Events still being posted (at shutdown)."""
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+
+    async def _post(self, ref: Mapping[str, str], type_: str, reason: str, message: str) -> None:
         try:
             await self._client.create_event(ref["namespace"], build_event(ref, type_, reason, message))
         except (KubeApiError, OSError) as error:
