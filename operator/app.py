@@ -101,9 +101,11 @@ class LockstepOperator:
 
         if self.config.tls_enabled and self.config.webhook_port \
                 and importlib.util.find_spec("lockstep.operator.webhooks") is not None:
+            from lockstep.operator.validation import register_validation
             from lockstep.operator.webhooks import register_webhooks
 
             register_webhooks(registry, self.config)
+            register_validation(registry, self.config)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, settings: kopf.OperatorSettings) -> None:
