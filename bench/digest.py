@@ -31,22 +31,22 @@ from typing import Any
 
 import rfc8785
 
-from lockstep.core import Interface, canonical_json, digest_interface
-from lockstep.core import canonical
+from lockstep.core import Interface, canonical, canonical_json, digest_interface
 
 TOOLS = 1_000
 PROMPTS = 100
 RESOURCES = 200
 TIME_BUDGET_SECONDS = 18.0  # for the timed runs; building and checking take a few more seconds
 
-WORDS = (
-    "forecast weather city region hourly daily temperature humidity wind pressure station "
-    "query database table column index record schema filter sort limit offset cursor page "
-    "file path directory read write append delete move copy permission owner group mode "
-    "user account email address phone role token scope session request response status "
-    "the a of to and in for with on by from at as is are be this that which returns "
-    "café naïve résumé Zürich São Paulo Kraków"
-).split()
+WORDS = [
+    "forecast", "weather", "city", "region", "hourly", "daily", "temperature", "humidity", "wind",
+    "pressure", "station", "query", "database", "table", "column", "index", "record", "schema", "filter",
+    "sort", "limit", "offset", "cursor", "page", "file", "path", "directory", "read", "write", "append",
+    "delete", "move", "copy", "permission", "owner", "group", "mode", "user", "account", "email",
+    "address", "phone", "role", "token", "scope", "session", "request", "response", "status", "the", "a",
+    "of", "to", "and", "in", "for", "with", "on", "by", "from", "at", "as", "is", "are", "be", "this",
+    "that", "which", "returns", "café", "naïve", "résumé", "Zürich", "São", "Paulo", "Kraków",
+]
 JSON_TYPES = ("string", "integer", "number", "boolean")
 
 

@@ -11,8 +11,13 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from lockstep_testing.json_strategies import json_values, keys, texts
 
-from lockstep.core import InterfaceError, MalformedInterfaceError, NonFiniteNumberError, canonical_json
-from lockstep.core import canonical
+from lockstep.core import (
+    InterfaceError,
+    MalformedInterfaceError,
+    NonFiniteNumberError,
+    canonical,
+    canonical_json,
+)
 
 SAFE_INTEGER = 2**53 - 1
 

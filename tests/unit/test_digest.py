@@ -126,7 +126,7 @@ def _get(value: Any, path: tuple[Any, ...]) -> Any:
     return value
 
 
-def number_text(number: int | float, rng: random.Random) -> str:
+def number_text(number: float, rng: random.Random) -> str:
     """Another way to write the same IEEE double."""
     if isinstance(number, bool):
         return "true" if number else "false"
@@ -160,7 +160,7 @@ def string_text(text: str, rng: random.Random) -> str:
 
 def json_text(value: Any, rng: random.Random) -> str:
     """Hand-written JSON: random whitespace, escapes and number forms; keys in random order."""
-    space = lambda: rng.choice(["", " ", "\n", "\t", "\r\n  "])  # noqa: E731
+    space = lambda: rng.choice(["", " ", "\n", "\t", "\r\n  "])
     if isinstance(value, dict):
         items = list(value.items())
         rng.shuffle(items)
