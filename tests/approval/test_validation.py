@@ -54,10 +54,8 @@ def review(obj: Mapping[str, Any], *, operation: str = "CREATE", old: Mapping[st
     return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
 
 
-@pytest.fixture
-def validate():
-    registry = kopf.OperatorRegistry()
-    register_validation(registry, None)
+def sender(registry: kopf.OperatorRegistry) -> Any:
+    """Send AdmissionReviews through kopf's admission engine, as the operator's webhook server does."""
     insights = references.Insights()
     insights.webhook_resources.add(INTERFACES)
 
@@ -72,6 +70,13 @@ def validate():
         return dict(answer["response"])
 
     return send
+
+
+@pytest.fixture
+def validate():
+    registry = kopf.OperatorRegistry()
+    register_validation(registry, None)
+    return sender(registry)
 
 
 def refusal(response: Mapping[str, Any]) -> str:
@@ -176,3 +181,18 @@ async def test_status_updates_are_not_validated(validate):
     edited["spec"]["approved"][0]["formula"] = "lockstep/v9"  # already stored; the operator writes status
     response = await validate(edited, operation="UPDATE", old=edited, subresource="status")
     assert response["allowed"] is True
+
+
+
+async def test_the_operator_serves_it_when_webhooks_are_on(tmp_path):
+    from lockstep.operator.app import LockstepOperator
+    from lockstep.operator.config import OperatorConfig
+    from lockstep_testing.kmock_support import make_tls_files
+
+    tls = make_tls_files(tmp_path)
+    config = OperatorConfig(tls_cert_path=str(tls.cert), tls_key_path=str(tls.key), webhook_port=9443)
+    send = sender(LockstepOperator(config).registry)
+    edited = manifest()
+    edited["spec"]["approved"][0]["formula"] = "lockstep/v9"
+    assert "lockstep/v9" in refusal(await send(edited))
+    assert (await send(manifest()))["allowed"] is True
