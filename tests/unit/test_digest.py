@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import random
 from typing import Any
@@ -235,3 +236,35 @@ def test_list_result_fields_are_not_digested():
     noisy = {**base, "serverInfo": {"name": "s", "version": "2"}, "protocolVersion": "2025-11-25",
              "capabilities": {"tools": {"listChanged": True}}}
     assert digest_of(noisy) == digest_of(base)
+
+
+def documented_formula(document: dict[str, Any]) -> tuple[str, list[str]]:
+    """docs/digest.md's formula, from scratch: hashlib and the rfc8785 package, no Lockstep code."""
+
+    def as_doubles(value: Any) -> Any:
+        if isinstance(value, bool) or not isinstance(value, (int, dict, list)):
+            return value
+        if isinstance(value, int):
+            return float(value) if abs(value) > 2**53 - 1 else value
+        if isinstance(value, dict):
+            return {key: as_doubles(item) for key, item in value.items()}
+        return [as_doubles(item) for item in value]
+
+    def text(data: bytes) -> str:
+        return "sha256:" + hashlib.sha256(data).hexdigest()
+
+    pairs = [("instructions", document["instructions"])] if document.get("instructions") is not None else []
+    kinds = {"tools": "tool", "prompts": "prompt", "resources": "resource", "resourceTemplates": "resourceTemplate"}
+    pairs += [(kinds[list_key], item) for list_key in kinds for item in document.get(list_key, [])]
+    digests = [text(b"lockstep/v1\x00" + kind.encode() + b"\x00" + rfc8785.dumps(as_doubles(item)))
+               for kind, item in pairs]
+    return text(b"lockstep/v1\x00interface\x00" + rfc8785.dumps(sorted(digests))), sorted(digests)
+
+
+@settings(max_examples=150)
+@given(documents)
+def test_digests_follow_the_documented_formula(document):
+    aggregate, components = documented_formula(document)
+    result = digest_of(document)
+    assert result["digest"] == aggregate
+    assert sorted(entry["digest"] for entry in result["components"]) == components
