@@ -95,7 +95,7 @@ class Cluster:
         return self
 
     def __exit__(self, *_: object) -> None:
-        self._api.close()
+        self._api.close()  # type: ignore[no-untyped-call]
 
     def get_interface(self, name: str) -> dict[str, Any]:
         """The MCPServerInterface ``name`` of this namespace, as a plain dict."""
@@ -151,7 +151,7 @@ def _load_configuration(target: ClusterTarget) -> tuple[Any, str | None]:
     kubeconfig = target.kubeconfig or _default_kubeconfig()
     if kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
         try:
-            kubernetes.config.load_incluster_config(client_configuration=configuration)
+            kubernetes.config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         except kubernetes.config.ConfigException as error:
             raise ClusterError(f"no kubeconfig and no usable in-cluster credentials: {error}") from None
         return configuration, _incluster_namespace()
@@ -159,8 +159,8 @@ def _load_configuration(target: ClusterTarget) -> tuple[Any, str | None]:
         raise ClusterError("no kubeconfig found: pass --kubeconfig FILE or set KUBECONFIG")
     try:
         kubernetes.config.load_kube_config(config_file=kubeconfig, context=target.context,
-                                           client_configuration=configuration, persist_config=False)
-        contexts, active = kubernetes.config.list_kube_config_contexts(config_file=kubeconfig)
+                                           client_configuration=configuration, persist_config=False)  # type: ignore[no-untyped-call]
+        contexts, active = kubernetes.config.list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
     except (kubernetes.config.ConfigException, OSError, ValueError) as error:
         raise ClusterError(f"kubeconfig {kubeconfig}: {str(error).splitlines()[0]}") from None
     chosen = next((item for item in contexts if item.get("name") == target.context), active) \

@@ -116,3 +116,17 @@ async def test_offline_diff_of_two_files_still_works(cluster, clean, tmp_path):
     new.write_text(json.dumps(pulled.to_document()))
     result = await cluster.lockstep("diff", str(old), str(new))
     assert result.exit_code == 1 and "~ tool/get_forecast [high]" in result.stdout
+
+
+async def test_context_and_namespace_choose_where_to_read(cluster, clean):
+    await cluster.put(with_status(interface_manifest(clean), {"weather-0": clean}))
+    config = json.loads(cluster.kubeconfig.read_text())
+    config["contexts"].append({"name": "staging", "context": {"cluster": "kmock", "user": "reviewer",
+                                                              "namespace": "staging"}})
+    cluster.kubeconfig.write_text(json.dumps(config))
+    assert (await cluster.lockstep("diff", "weather")).exit_code == 0  # the current context's namespace
+    elsewhere = await cluster.lockstep("diff", "weather", "--context", "staging")
+    assert elsewhere.exit_code == 2 and "MCPServerInterface staging/weather not found" in elsewhere.stderr
+    assert (await cluster.lockstep("diff", "weather", "--context", "staging", "-n", "agents")).exit_code == 0
+    unknown = await cluster.lockstep("diff", "weather", "--context", "prod")
+    assert unknown.exit_code == 2 and "prod" in unknown.stderr and unknown.stderr.startswith("error: kubeconfig")
