@@ -104,7 +104,7 @@ class LockstepOperator:
             from lockstep.operator.validation import register_validation
             from lockstep.operator.webhooks import register_webhooks
 
-            register_webhooks(registry, self.config)
+            register_webhooks(registry, self.config, metrics=self.metrics)
             register_validation(registry, self.config)
 
     # ------------------------------------------------------------------ lifecycle

@@ -150,14 +150,21 @@ def event_target(pod: Mapping[str, Any], namespace: str) -> dict[str, str]:
 
 def register_webhooks(registry: kopf.OperatorRegistry, config: Any, *,
                       lookup: InterfaceLookup | None = None,
-                      post_event: EventPoster = post_kopf_api_event) -> None:
+                      post_event: EventPoster = post_kopf_api_event,
+                      metrics: Any = None) -> None:
     """Register the pod-mutating webhook (``/mutate-pods``) on ``registry``.
 
     ``lookup`` lists a namespace's MCPServerInterfaces and ``post_event`` posts a Warning
     Event; both default to API calls with the running operator's kopf credentials.
+    ``metrics`` (the operator's, optional) counts requests in ``lockstep_webhook_requests_total``
+    with ``webhook="mutate"`` and ``outcome`` ``injected``, ``unchanged``, ``skipped`` or ``refused``.
     """
     find_interfaces: InterfaceLookup = lookup or KopfApiLookup()
     excluded = ALWAYS_EXCLUDED_NAMESPACES | {str(getattr(config, "own_namespace", "") or "")} - {""}
+
+    def count(outcome: str) -> None:
+        if metrics is not None:
+            metrics.webhook_requests.labels("mutate", outcome).inc()
 
     @kopf.on.mutate("v1", "pods", id=WEBHOOK_ID, operations=["CREATE"], registry=registry)
     async def inject_sidecar(body: kopf.Body, patch: kopf.Patch, warnings: list[str],
@@ -167,24 +174,36 @@ def register_webhooks(registry: kopf.OperatorRegistry, config: Any, *,
         skip = _skip_reason(pod, namespace, excluded)
         if skip:
             logger.debug("Not injecting pod %s/%s: %s", namespace, _pod_name(pod), skip)
+            count("skipped")
             return
         try:
+            settings = sidecar_settings(config)
+            if not plan_injection(pod, settings, Binding()):  # injected already: nothing to look up
+                count("unchanged")
+                return
             interfaces = await find_interfaces(namespace)
-        except Exception as error:  # noqa: BLE001  # any lookup failure refuses the pod; its controller retries
-            raise kopf.AdmissionError(f"Lockstep cannot list MCPServerInterfaces: {error}", code=503) from None
+        except Exception as error:  # noqa: BLE001  # any failure refuses the pod; its controller retries
+            count("refused")
+            raise kopf.AdmissionError(f"Lockstep cannot inject the sidecar: {error}", code=503) from None
         resolution = resolve_binding(pod, interfaces)
-        ops = _plan(pod, sidecar_settings(config), resolution, warnings)
-        if ops:
-            patch.fns.append(lambda raw: jsonpatch.apply_patch(raw, ops, in_place=True))
+        ops = _plan(pod, settings, resolution, warnings)
+        patch.fns.append(lambda raw: jsonpatch.apply_patch(raw, ops, in_place=True))
+        count("injected")
         if resolution.problem:
-            message = f"Pod {_pod_name(pod)} opted in to Lockstep but {resolution.problem}"
-            if not resolution.binding.interface:
-                message += "; it stays out of Services until an MCPServerInterface selects it"
-            warnings.append(message)
-            if not dryrun:
-                posted = post_event(event_target(pod, namespace), resolution.reason, message)
-                if inspect.isawaitable(posted):
-                    await posted
+            await _warn(pod, namespace, resolution, warnings, None if dryrun else post_event)
+
+
+async def _warn(pod: Mapping[str, Any], namespace: str, resolution: Resolution, warnings: list[str],
+                post_event: EventPoster | None) -> None:
+    """Say why the pod is not bound (cleanly): an admission warning, and an Event unless it is a dry run."""
+    message = f"Pod {_pod_name(pod)} opted in to Lockstep but {resolution.problem}"
+    if not resolution.binding.interface:
+        message += "; it stays out of Services until an MCPServerInterface selects it"
+    warnings.append(message)
+    if post_event is not None:
+        posted = post_event(event_target(pod, namespace), resolution.reason, message)
+        if inspect.isawaitable(posted):
+            await posted
 
 
 def _plan(pod: Mapping[str, Any], settings: SidecarSettings, resolution: Resolution,

@@ -11,6 +11,7 @@ import copy
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx2
 import pytest
 from lockstep_testing.kmock_support import CRD_RESOURCE, Emulator, condition_of
 from lockstep_testing.lockstep_cluster import (
@@ -96,3 +97,6 @@ async def test_pod_selected_by_no_interface_is_held_out_with_an_event(cluster: C
     [event] = await eventually(lambda: cluster.events("InterfaceNotFound"), what="the Event")
     assert event["type"] == "Warning" and event["involvedObject"]["name"] == "stray-0"
     assert "no MCPServerInterface selects it" in event["message"]
+    async with httpx2.AsyncClient() as client:
+        metrics = (await client.get(f"http://127.0.0.1:{cluster.operator.metrics_port}/metrics")).text
+    assert 'lockstep_webhook_requests_total{outcome="injected",webhook="mutate"} 1.0' in metrics

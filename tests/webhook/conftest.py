@@ -18,6 +18,7 @@ from kopf._core.engines import admission
 from kopf._core.engines.indexing import OperatorIndexers
 from kopf._core.reactor.inventory import ResourceMemories
 from lockstep.operator.webhooks import register_webhooks
+from prometheus_client import CollectorRegistry, Counter
 
 PODS = references.Resource(group="", version="v1", plural="pods", kind="Pod", singular="pod",
                            namespaced=True, verbs=["create", "get", "list", "watch", "patch"])
@@ -96,9 +97,30 @@ def config(tmp_path: Any, operator_ca: str) -> Config:
     return Config(operator_ca_path=str(ca))
 
 
+@dataclass
+class WebhookMetrics:
+    """The operator's webhook counter, in a registry of its own."""
+
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+
+    def __post_init__(self) -> None:
+        self.webhook_requests = Counter("lockstep_webhook_requests", "Admission requests handled.",
+                                        ["webhook", "outcome"], registry=self.registry)
+
+    def count(self, outcome: str) -> float:
+        value = self.registry.get_sample_value("lockstep_webhook_requests_total",
+                                               {"webhook": "mutate", "outcome": outcome})
+        return float(value or 0.0)
+
+
 @pytest.fixture
-def admit(config: Config, interfaces: list[dict[str, Any]],
-          events: list[tuple[dict[str, Any], str, str]]) -> Admit:
+def webhook_metrics() -> WebhookMetrics:
+    return WebhookMetrics()
+
+
+@pytest.fixture
+def admit(config: Config, interfaces: list[dict[str, Any]], events: list[tuple[dict[str, Any], str, str]],
+          webhook_metrics: WebhookMetrics) -> Admit:
     registry = kopf.OperatorRegistry()
     lookups: list[str] = []
 
@@ -106,7 +128,7 @@ def admit(config: Config, interfaces: list[dict[str, Any]],
         lookups.append(namespace)
         return [item for item in interfaces if item["metadata"]["namespace"] == namespace]
 
-    register_webhooks(registry, config, lookup=lookup,
+    register_webhooks(registry, config, lookup=lookup, metrics=webhook_metrics,
                       post_event=lambda target, reason, message: events.append((target, reason, message)))
     insights = references.Insights()
     insights.webhook_resources.add(PODS)

@@ -262,4 +262,21 @@ async def test_lookup_failure_refuses_the_pod(admit: Any, interfaces: list[Any])
     response = admitted.response["response"]
     assert response["allowed"] is False
     assert response["status"]["code"] == 503
-    assert "cannot list MCPServerInterfaces" in response["status"]["message"]
+    assert "cannot inject the sidecar" in response["status"]["message"]
+
+
+async def test_unreadable_operator_ca_refuses_the_pod(admit: Any, config: Any, interfaces: list[Any]) -> None:
+    interfaces.append(weather_interface())
+    config.operator_ca_path = "/nonexistent/ca.crt"
+    response = (await admit(plain_pod())).response["response"]
+    assert (response["allowed"], response["status"]["code"]) == (False, 503)
+    assert "/nonexistent/ca.crt" in response["status"]["message"]
+
+
+async def test_requests_are_counted_by_outcome(admit: Any, interfaces: list[Any], webhook_metrics: Any) -> None:
+    interfaces.append(weather_interface())
+    once = await admit(plain_pod())
+    await admit(once.pod)
+    await admit(plain_pod(**{"lockstep.dev/inject": "disabled"}))
+    assert [webhook_metrics.count(outcome) for outcome in ("injected", "unchanged", "skipped", "refused")] == \
+        [1, 1, 1, 0]
