@@ -27,7 +27,11 @@ __all__ = ["Delivery", "Reporter"]
 
 logger = logging.getLogger("lockstep.sidecar")
 
+#: The operator could not take the report now: count it as failed and retry.
 RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+#: Refusals that can be transient: the operator's cache has not seen the new pod (404) or its
+#: MCPServerInterface (403) yet, or a TokenReview failed (401). Counted as rejected, retried.
+RETRIED_REJECTIONS = frozenset({401, 403, 404})
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,7 @@ class Reporter:
                 observation, self._pending = self._pending, None
 
     async def _attempt(self, observation: Observation) -> float | None:
-        """Send once; None when done (accepted or refused for good), else the seconds to wait."""
+        """Send once; None when done (accepted, or refused for good), else the least seconds to wait."""
         try:
             response = await self._client.post(
                 self._url, json=observation.to_dict(), headers={"Authorization": f"Bearer {self._read_token()}"})
@@ -109,7 +113,7 @@ class Reporter:
         self.last_delivery = Delivery(observation, response.status_code, verdict)
         if self._on_delivered is not None:
             self._on_delivered(self.last_delivery)
-        return None
+        return _retry_after(response) if response.status_code in RETRIED_REJECTIONS else None
 
     def _read_token(self) -> str:
         try:

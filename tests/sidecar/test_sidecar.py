@@ -131,6 +131,24 @@ async def test_operator_errors_are_retried(mcp: McpServerHandle, operator: Opera
     assert operator.refused == 3
 
 
+async def test_refusals_a_new_pod_can_meet_are_retried(mcp: McpServerHandle, operator: OperatorStandIn,
+                                                        certificates: Certificates, token_file: Path) -> None:
+    operator.answers = [404, 403, 401]  # the operator's cache has not seen the pod or its interface yet
+    async with start(mcp, operator, certificates, token_file) as sidecar:
+        await eventually(lambda: operator.reports, what="the report after three refusals")
+        assert _sample(sidecar, "lockstep_sidecar_reports_total", result="rejected") == 3
+
+
+async def test_a_malformed_report_refusal_is_not_retried(mcp: McpServerHandle, operator: OperatorStandIn,
+                                                         certificates: Certificates, token_file: Path) -> None:
+    operator.answers = [400]
+    async with start(mcp, operator, certificates, token_file, interval=3600) as sidecar:
+        await eventually(lambda: operator.refused, what="the refusal")
+        await asyncio.sleep(1.0)  # a retry would arrive meanwhile (backoff at most 0.5 s here)
+        assert operator.reports == [] and operator.refused == 1
+        assert _sample(sidecar, "lockstep_sidecar_reports_total", result="rejected") == 1
+
+
 async def test_token_is_read_again_for_every_report(
         mcp: McpServerHandle, mcp_server: MutableServer, operator: OperatorStandIn,
         certificates: Certificates, token_file: Path) -> None:
