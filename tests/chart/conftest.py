@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 from helm_python.chart import Chart
-
 from lockstep_testing.chart_render import CHART_DIR, NAMESPACE, RELEASE, Manifest, documents
 
 Render = Callable[..., list[Manifest]]

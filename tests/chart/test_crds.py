@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import yaml
-
 from lockstep_testing.chart_render import CHART_DIR, REPO
 
 

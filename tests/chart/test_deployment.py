@@ -7,9 +7,9 @@ from typing import Any
 
 import click
 import pytest
+from lockstep_testing.chart_render import ALL_ON, NAMESPACE, NAMESPACED, one
 
 from lockstep.cli import cli
-from lockstep_testing.chart_render import ALL_ON, NAMESPACE, NAMESPACED, one
 
 SCENARIOS = {"defaults": {}, "all-on": ALL_ON, "namespaced": NAMESPACED,
              "debug": {"logLevel": "debug", "operator": {"replicaCount": 1, "peering": {"enabled": False}}}}

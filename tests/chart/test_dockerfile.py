@@ -16,7 +16,6 @@ from email.parser import Parser
 from pathlib import Path
 
 import pytest
-
 from lockstep.operator.injection import NONROOT_ID
 from lockstep_testing.chart_render import REPO
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-
 from lockstep_testing.api_calls import ApiCall, calls_in_source
 from lockstep_testing.chart_render import NAMESPACE, NAMESPACED, REPO, find, one
 

@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 from helm_python.chart import lint
-
 from lockstep_testing.chart_render import ALL_ON, CHART_DIR, NAMESPACE, NAMESPACED, find, one
 from lockstep_testing.k8s_schemas import KUBERNETES_VERSIONS, SchemaViolation, crd_schemas, validate_object
 

@@ -8,7 +8,6 @@ from typing import Any
 
 import pytest
 from helm_python import Config
-
 from lockstep_testing.chart_render import NAMESPACE, RELEASE, documents, one
 
 SECRET = "demo-lockstep-tls"

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
-
 from lockstep.operator import validation, webhooks
 from lockstep_testing.chart_render import ALL_ON, CHART_DIR, NAMESPACE, NAMESPACED, REPO, find, one
 
@@ -110,7 +109,7 @@ def test_the_generated_certificate_chains_to_the_ca_and_covers_both_services(ren
         x509.DNSName))
     for service in SERVICE_NAMES:
         assert {service, f"{service}.{NAMESPACE}", f"{service}.{NAMESPACE}.svc"} <= names
-    assert cert.not_valid_after_utc - datetime.datetime.now(datetime.timezone.utc) > datetime.timedelta(days=3000)
+    assert cert.not_valid_after_utc - datetime.datetime.now(datetime.UTC) > datetime.timedelta(days=3000)
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
     key = load_pem_private_key(_pem(secret, "tls.key"), password=None)
     assert isinstance(key, (rsa.RSAPrivateKey, ec.EllipticCurvePrivateKey))

@@ -18,9 +18,9 @@ from typing import Any
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.dates as mdates  # noqa: E402
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
+import matplotlib.dates as mdates
+import matplotlib.pyplot as plt
+from matplotlib.axes import Axes
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
@@ -58,7 +58,7 @@ def timeseries(ax: Axes, panel: dict[str, Any], queries: list[dict[str, Any]], s
     series = [(legend(q["legend"], s["metric"]), s["values"]) for q in queries for s in q["result"]]
     bottoms: dict[float, float] = {}
     for index, (name, values) in enumerate(sorted(series)):
-        times = [datetime.datetime.fromtimestamp(float(t), datetime.timezone.utc) for t, _ in values]
+        times = [datetime.datetime.fromtimestamp(float(t), datetime.UTC) for t, _ in values]
         numbers = [float(v) for _, v in values]
         color = COLORS[index % len(COLORS)]
         if stacked:
@@ -72,13 +72,13 @@ def timeseries(ax: Axes, panel: dict[str, Any], queries: list[dict[str, Any]], s
             ax.plot(times, numbers, color=color, linewidth=1.4, label=name)
     for event, second in timeline.items():
         if event != "end":
-            moment = datetime.datetime.fromtimestamp(started + second, datetime.timezone.utc)
+            moment = datetime.datetime.fromtimestamp(started + second, datetime.UTC)
             ax.axvline(moment, color=GRID, linestyle=":", linewidth=0.8)
             ax.text(moment, 1.0, event.replace("_", " "), transform=ax.get_xaxis_transform(), color="#8e8e8e",
                     fontsize=6, rotation=90, va="top", ha="right")
     if queries:
-        ax.set_xlim(datetime.datetime.fromtimestamp(queries[0]["start"], datetime.timezone.utc),
-                    datetime.datetime.fromtimestamp(queries[0]["end"], datetime.timezone.utc))
+        ax.set_xlim(datetime.datetime.fromtimestamp(queries[0]["start"], datetime.UTC),
+                    datetime.datetime.fromtimestamp(queries[0]["end"], datetime.UTC))
     ax.xaxis.set_major_formatter(mdates.DateFormatter("%H:%M:%S"))
     ax.grid(color=GRID, linewidth=0.5)
     ax.set_ylabel(unit_label(panel["fieldConfig"]["defaults"]["unit"]), color=TEXT, fontsize=7)
