@@ -5,7 +5,7 @@ A report is answered from these indexes: the operator never LISTs the cluster pe
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,21 +76,40 @@ class ResourceRecord:
 
 
 class ClusterCache:
-    """Pods and resources by namespace; answers "which resources select this pod" without the API."""
+    """Pods and resources by namespace, with label indexes: which resources select a pod, and which
+    pods a resource selects, are answered from the index without scanning the namespace."""
 
     def __init__(self) -> None:
         self._pods: dict[str, dict[str, PodRecord]] = {}
         self._resources: dict[str, dict[str, ResourceRecord]] = {}
+        self._pods_by_label: dict[str, dict[tuple[str, str], set[str]]] = {}
+        self._pods_by_binding: dict[str, dict[str, set[str]]] = {}
+        self._resources_by_label: dict[str, dict[tuple[str, str], set[str]]] = {}
+        self._resources_by_expression: dict[str, set[str]] = {}
 
     # pods
     def put_pod(self, pod: PodRecord) -> PodRecord | None:
-        bucket = self._pods.setdefault(pod.namespace, {})
-        previous = bucket.get(pod.name)
-        bucket[pod.name] = pod
+        previous = self.drop_pod(pod.namespace, pod.name)
+        self._pods.setdefault(pod.namespace, {})[pod.name] = pod
+        labels = self._pods_by_label.setdefault(pod.namespace, {})
+        for pair in pod.labels.items():
+            labels.setdefault(pair, set()).add(pod.name)
+        bound = pod.annotations.get(BINDING_ANNOTATION)
+        if bound:
+            self._pods_by_binding.setdefault(pod.namespace, {}).setdefault(bound, set()).add(pod.name)
         return previous
 
     def drop_pod(self, namespace: str, name: str) -> PodRecord | None:
-        return self._pods.get(namespace, {}).pop(name, None)
+        pod = self._pods.get(namespace, {}).pop(name, None)
+        if pod is None:
+            return None
+        labels = self._pods_by_label.get(namespace, {})
+        for pair in pod.labels.items():
+            _discard(labels, pair, name)
+        bound = pod.annotations.get(BINDING_ANNOTATION)
+        if bound:
+            _discard(self._pods_by_binding.get(namespace, {}), bound, name)
+        return pod
 
     def pod(self, namespace: str, name: str) -> PodRecord | None:
         return self._pods.get(namespace, {}).get(name)
@@ -101,13 +120,27 @@ class ClusterCache:
 
     # resources
     def put_resource(self, record: ResourceRecord) -> ResourceRecord | None:
-        bucket = self._resources.setdefault(record.policy.namespace, {})
-        previous = bucket.get(record.policy.name)
-        bucket[record.policy.name] = record
+        namespace, name = record.key
+        previous = self.drop_resource(namespace, name)
+        self._resources.setdefault(namespace, {})[name] = record
+        match_labels = dict(record.policy.selector.get("matchLabels") or {})
+        if match_labels:
+            pair = sorted(match_labels.items())[0]  # every selected pod carries it
+            self._resources_by_label.setdefault(namespace, {}).setdefault(pair, set()).add(name)
+        else:
+            self._resources_by_expression.setdefault(namespace, set()).add(name)
         return previous
 
     def drop_resource(self, namespace: str, name: str) -> ResourceRecord | None:
-        return self._resources.get(namespace, {}).pop(name, None)
+        record = self._resources.get(namespace, {}).pop(name, None)
+        if record is None:
+            return None
+        match_labels = dict(record.policy.selector.get("matchLabels") or {})
+        if match_labels:
+            _discard(self._resources_by_label.get(namespace, {}), sorted(match_labels.items())[0], name)
+        else:
+            self._resources_by_expression.get(namespace, set()).discard(name)
+        return record
 
     def resource(self, namespace: str, name: str) -> ResourceRecord | None:
         return self._resources.get(namespace, {}).get(name)
@@ -124,14 +157,36 @@ class ClusterCache:
         if bound:
             record = self.resource(pod.namespace, bound)
             return [record] if record else []
-        return [record for record in self._resources.get(pod.namespace, {}).values()
-                if selector_matches(record.policy.selector, pod.labels)]
+        by_label = self._resources_by_label.get(pod.namespace, {})
+        names = set(self._resources_by_expression.get(pod.namespace, ()))
+        for pair in pod.labels.items():
+            names |= by_label.get(pair, set())
+        bucket = self._resources.get(pod.namespace, {})
+        return [bucket[name] for name in sorted(names)
+                if name in bucket and selector_matches(bucket[name].policy.selector, pod.labels)]
 
     def selected_pods(self, namespace: str, name: str, selector: Mapping[str, Any] | None = None) -> list[PodRecord]:
         """The pods of ``namespace`` that the resource selects (by its selector or their annotation);
         ``selector`` overrides the cached one (to find the pods an old selector selected)."""
         record = self.resource(namespace, name)
         wanted = selector if selector is not None else (record.policy.selector if record else {})
-        return [pod for pod in self._pods.get(namespace, {}).values()
-                if pod.annotations.get(BINDING_ANNOTATION) == name
-                or (not pod.annotations.get(BINDING_ANNOTATION) and selector_matches(wanted, pod.labels))]
+        bucket = self._pods.get(namespace, {})
+        match_labels = dict(wanted.get("matchLabels") or {})
+        if match_labels:
+            pair = sorted(match_labels.items())[0]
+            candidates: Iterable[str] = self._pods_by_label.get(namespace, {}).get(pair, set())
+        else:
+            candidates = bucket.keys()
+        selected = [bucket[pod] for pod in candidates if pod in bucket
+                    and not bucket[pod].annotations.get(BINDING_ANNOTATION)
+                    and selector_matches(wanted, bucket[pod].labels)]
+        bound = [bucket[pod] for pod in self._pods_by_binding.get(namespace, {}).get(name, set()) if pod in bucket]
+        return sorted(selected + bound, key=lambda pod: pod.name)
+
+
+def _discard(index: dict[Any, set[str]], key: Any, name: str) -> None:
+    names = index.get(key)
+    if names is not None:
+        names.discard(name)
+        if not names:
+            del index[key]

@@ -73,7 +73,7 @@ async def test_drift_isolates_and_approval_restores(kmock: Emulator, tokens: Tok
             [("tool", "get_alerts", "changed", "high")]
         kept = {tool["name"]: tool for tool in drifted["definitions"]["tools"]}  # kept for review
         assert kept["get_alerts"]["description"] == POISON
-        assert events_of(kmock, "Pod", "p1") == ["Verified", "InterfaceChanged"]
+        await wait_for(lambda: events_of(kmock, "Pod", "p1") == ["Verified", "InterfaceChanged"])
 
         # Approving the new revision (a merged PR) re-judges every pod at once, with no new report.
         new_approved = make_resource([TOOLS and {"instructions": "Weather tools.", "tools": TOOLS},

@@ -53,7 +53,7 @@ async def test_silent_pod_goes_stale_and_recovers_on_its_next_report(
         assert resource_status(kmock)["phase"] == "Degraded"
         assert (await sidecar.probe(url))[1]["verdict"]["reason"] == "Verified"
         await wait_verdict(kmock, "p1", ("True", "Verified"))
-        assert events_of(kmock, "Pod", "p1") == ["Verified", "ReportStale", "Verified"]
+        await wait_for(lambda: events_of(kmock, "Pod", "p1") == ["Verified", "ReportStale", "Verified"])
 
 
 async def test_unreachable_and_invalid_servers_fail_closed(
