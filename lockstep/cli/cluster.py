@@ -216,6 +216,14 @@ def approved_revisions(resource: Mapping[str, Any]) -> tuple[list[Revision], lis
             revisions.append(Revision.from_spec(entry, ignore))
         except LockstepError as error:
             notes.append(f"spec.approved[{index}] is unusable: {error}")
+    trusted = (resource.get("status") or {}).get("trusted")
+    if spec.get("approval") == "FirstSeen" and isinstance(trusted, Mapping):
+        try:  # the operator verifies pods against it as if it were approved
+            revisions.append(Revision.from_spec({key: trusted[key] for key in
+                                                 ("digest", "formula", "components", "definitions") if key in trusted},
+                                                ignore))
+        except LockstepError as error:
+            notes.append(f"status.trusted is unusable: {error}")
     return revisions, notes
 
 
@@ -294,6 +302,10 @@ def render_resource_drift(resource: Mapping[str, Any], drifts: Sequence[Observed
     lines = [bold(f"{KIND} {metadata.get('namespace')}/{metadata.get('name')}") +
              f": {status.get('phase') or 'no status yet'}, {status.get('podsReady') or '0/0'} pods ready"]
     lines += [f"approved: {digest}" for digest in approved] or ["approved: none"]
+    trusted = status.get("trusted")
+    if isinstance(trusted, Mapping) and trusted.get("digest"):
+        lines.append(f"trusted on first use: {trusted['digest']} (pin it: lockstep approve "
+                     f"{metadata.get('name')} -n {metadata.get('namespace')} --revision {str(trusted['digest'])[:19]})")
     lines += [f"note: {note}" for note in notes]
     if not drifts:
         lines.append("no observed revision yet: no selected pod has reported")

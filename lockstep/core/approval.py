@@ -112,10 +112,21 @@ class ObservedRevision:
 
 
 def observed_revisions(resource: Mapping[str, Any]) -> list[ObservedRevision]:
-    """The revisions listed in a resource's ``status.observed[]``, in the operator's order."""
+    """The revisions listed in a resource's ``status.observed[]``, in the operator's order.
+
+    The operator keeps no definitions for a revision it counts as approved; for the one trusted on
+    first use (approval FirstSeen) they are in ``status.trusted``, so that it can be pinned in Git."""
     status = resource.get("status") or {}
-    return [ObservedRevision.from_status(entry) for entry in status.get("observed") or ()
-            if isinstance(entry, Mapping) and entry.get("digest")]
+    trusted = status.get("trusted") if isinstance(status.get("trusted"), Mapping) else {}
+    observed = []
+    for entry in status.get("observed") or ():
+        if not isinstance(entry, Mapping) or not entry.get("digest"):
+            continue
+        if entry.get("definitions") is None and trusted.get("digest") == entry.get("digest") \
+                and trusted.get("definitions") is not None:
+            entry = {**entry, "definitions": trusted["definitions"]}
+        observed.append(ObservedRevision.from_status(entry))
+    return observed
 
 
 def select_revision(observed: Sequence[ObservedRevision], digest: str | None) -> ObservedRevision:

@@ -243,3 +243,34 @@ async def test_replace_in_git_drops_old_entries_and_their_comments(cluster, clea
     assert text.startswith(original[: original.index("    # v1.0.0")] + "    # lockstep approve:")
     assert [revision.aggregate for revision in load_pinned(yaml.safe_load(text)).revisions] == \
         [Revision.of(pulled).aggregate]
+
+
+async def test_a_revision_trusted_on_first_use_can_be_pinned_in_git(cluster, clean, tmp_path):
+    from lockstep.operator.cache import PodRecord
+    from lockstep.operator.judge import Policy, judge
+    from lockstep.operator.status import PodTrack, ResourceMemory, build_status
+
+    from lockstep.core.report import Observation
+
+    manifest = interface_manifest(clean)
+    manifest["spec"].update(approval="FirstSeen", approved=[])
+    resource = json.loads(json.dumps(manifest))
+    resource["metadata"]["generation"] = 1
+    observation = Observation.of_interface(clean, "2026-11-22T02:00:00Z")
+    verdict = judge(observation, Policy.from_resource(resource))
+    assert verdict.trusts is not None  # the operator trusts it ...
+    memory = ResourceMemory(trusted={**verdict.trusts.to_spec(), "trustedAt": "2026-11-22T02:00:00Z",
+                                     "pod": "weather-0"})
+    pod = PodRecord(NAMESPACE, "weather-0", "uid-0", {"app": "weather-mcp"}, {}, [])
+    resource["status"] = build_status(Policy.from_resource(resource), [(pod, PodTrack("uid-0", observation,
+                                      verdict=verdict))], memory, {}, definitions_limit=65536)
+    await cluster.put(resource)  # ... and keeps no definitions in status.observed for a verified revision
+    digest = Revision.of(clean).aggregate
+    review = await cluster.lockstep("diff", "weather")
+    assert review.exit_code == 0 and f"trusted on first use: {digest}" in review.stdout
+    path = tmp_path / "interface.yaml"
+    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    result = await cluster.lockstep("approve", "weather", "--revision", digest[:19], "-f", str(path))
+    assert result.exit_code == 0, result.output
+    (revision,) = load_pinned(yaml.safe_load(path.read_text())).revisions
+    assert revision.aggregate == digest and revision.interface is not None
