@@ -82,7 +82,7 @@ def _expected(rule: dict[str, Any], labels: dict[str, str], value: str) -> dict[
 
 
 @needs_promtool
-def test_alerts_fire_on_drift_isolation_staleness_and_outage_and_not_before(rules, rule_file, tmp_path) -> None:
+def test_alerts_fire_on_drift_isolation_staleness_refusals_and_outage_and_not_before(rules, rule_file, tmp_path) -> None:
     by_name = {r["alert"]: r for r in rules}
     weather = {"namespace": "agents", "interface": "weather"}
     finding = 'component_kind="tool", change="changed", severity="high"'
@@ -100,6 +100,11 @@ def test_alerts_fire_on_drift_isolation_staleness_and_outage_and_not_before(rule
         {"series": 'lockstep_pods{namespace="agents", interface="notes", state="audit", instance="a"}',
          "values": "3x34"},
         {"series": 'up{job="lockstep", namespace="lockstep-system", instance="a"}', "values": "1x14 0x20"},
+        # The pod webhook injects 10 pods a minute; from minute 15 it also refuses 5 a minute.
+        {"series": 'lockstep_webhook_requests_total{webhook="mutate", outcome="injected", instance="a"}',
+         "values": "0+10x34"},
+        {"series": 'lockstep_webhook_requests_total{webhook="mutate", outcome="refused", instance="a"}',
+         "values": "0x15 0+5x19"},
     ]
     ops = {"LockstepInterfaceDrifted": by_name["LockstepInterfaceDrifted"],
            "LockstepPodIsolated": by_name["LockstepPodIsolated"]}
@@ -117,6 +122,9 @@ def test_alerts_fire_on_drift_isolation_staleness_and_outage_and_not_before(rule
         {"eval_time": "18m", "alertname": "LockstepOperatorDown", "exp_alerts": []},
         {"eval_time": "21m", "alertname": "LockstepOperatorDown",
          "exp_alerts": [_expected(by_name["LockstepOperatorDown"], {}, "1")]},
+        {"eval_time": "18m", "alertname": "LockstepWebhookErrors", "exp_alerts": []},
+        {"eval_time": "24m", "alertname": "LockstepWebhookErrors",
+         "exp_alerts": [_expected(by_name["LockstepWebhookErrors"], {"webhook": "mutate"}, "33.33%")]},
     ]
     tests = {"rule_files": [str(rule_file)], "evaluation_interval": "1m",
              "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": cases}]}

@@ -105,7 +105,24 @@ def label_values() -> dict[tuple[str, str], set[str]]:
         ("lockstep_pods", "state"): {state.value for state in PodState},
         ("lockstep_reports_rejected_total", "reason"): set(REJECTION_REASONS),
         ("lockstep_report_duration_seconds_bucket", "outcome"): {"accepted", "rejected"},
+        ("lockstep_webhook_requests_total", "outcome"): webhook_outcomes(),
     }
+
+
+def webhook_outcomes() -> set[str]:
+    """The outcomes the admission handlers count, read from their source: the string literals passed
+    to the local function that increments ``webhook_requests``."""
+    import ast
+    import inspect
+
+    from lockstep.operator import webhooks
+
+    tree = ast.parse(inspect.getsource(webhooks))
+    counters = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+                and "webhook_requests" in ast.unparse(node)}
+    return {call.args[0].value for call in ast.walk(tree)
+            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in counters
+            and call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)}
 
 
 def check_expression(expr: str, registered: dict[str, RegisteredMetric]) -> list[str]:
