@@ -30,7 +30,8 @@ def test_every_rendered_object_matches_its_schema(render, values: dict[str, Any]
 def test_all_toggles_render_their_objects(render) -> None:
     objects = render(ALL_ON)
     kinds = {o["kind"] for o in objects}
-    assert {"ServiceMonitor", "PrometheusRule", "Certificate", "Issuer", "ConfigMap", "ClusterKopfPeering"} <= kinds
+    assert {"ServiceMonitor", "PodMonitor", "PrometheusRule", "Certificate", "Issuer", "ConfigMap",
+            "ClusterKopfPeering"} <= kinds
     assert not find(objects, "Secret"), "with cert-manager the chart must not write the TLS Secret itself"
     validated = {validate_object(obj, CRDS) for obj in objects}
     assert validated == {"kubernetes", "crd", "vendored"}
@@ -38,7 +39,7 @@ def test_all_toggles_render_their_objects(render) -> None:
 
 def test_defaults_create_no_optional_monitoring_objects(render) -> None:
     kinds = {o["kind"] for o in render()}
-    assert not kinds & {"ServiceMonitor", "PrometheusRule", "Certificate", "Issuer"}
+    assert not kinds & {"ServiceMonitor", "PodMonitor", "PrometheusRule", "Certificate", "Issuer"}
     assert "ConfigMap" not in kinds
 
 
@@ -54,3 +55,15 @@ def test_a_misspelt_custom_resource_field_fails_validation(render) -> None:
     monitor["spec"]["endpoints"][0]["intervall"] = "30s"
     with pytest.raises(SchemaViolation, match="intervall"):
         validate_object(monitor, CRDS)
+
+
+def test_the_pod_monitor_scrapes_the_port_the_webhook_gives_the_sidecar(render) -> None:
+    from lockstep.operator.injection import DEFAULT_SIDECAR_PORT, Binding, SidecarSettings, plan_injection
+
+    monitor = one(render(ALL_ON), "PodMonitor")
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "app"}]}}
+    ops = plan_injection(pod, SidecarSettings(image="i", report_url="https://x"), Binding())
+    sidecar = next(op["value"][0] for op in ops if op["path"] == "/spec/initContainers")
+    assert [p["name"] for p in sidecar["ports"]] == [monitor["spec"]["podMetricsEndpoints"][0]["port"]]
+    assert sidecar["ports"][0]["containerPort"] == DEFAULT_SIDECAR_PORT
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"

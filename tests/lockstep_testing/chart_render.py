@@ -17,7 +17,7 @@ NAMESPACE = "lockstep-system"
 
 #: Every toggle of the chart switched on (cert-manager with its own bootstrap CA).
 ALL_ON: dict[str, Any] = {
-    "metrics": {"enabled": True, "serviceMonitor": {"enabled": True},
+    "metrics": {"enabled": True, "serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True},
                 "prometheusRule": {"enabled": True, "additionalLabels": {"team": "platform"}}},
     "dashboard": {"enabled": True, "annotations": {"grafana_folder": "Lockstep"}},
     "tls": {"certManager": {"enabled": True}},
