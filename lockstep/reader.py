@@ -358,6 +358,9 @@ class _MeteredTransport(httpx2.AsyncBaseTransport):
         except (httpx2.ConnectError, httpx2.ConnectTimeout) as error:
             self._wire.drop(ServerUnreachableError(f"{self._wire.url}: cannot connect: {_one_line(error)}"))
             raise
+        if response.status_code == 404 and "mcp-session-id" in request.headers:
+            # The server no longer knows the session (it restarted): the client must start a new one.
+            self._wire.drop(ServerUnreachableError(f"{self._wire.url}: the server ended the session"))
         probing = request.headers.get("mcp-method") == "server/discover"  # a refusal means: use initialize
         if response.status_code >= 400 and request.method == "POST" and not probing:
             self._wire.fail(ServerUnreachableError(f"{self._wire.url}: {_http_status(response)}"))

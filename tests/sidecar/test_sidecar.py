@@ -98,6 +98,21 @@ async def test_server_down_is_reported_and_recovery_too(
         assert back[0].failure is None
 
 
+async def test_session_is_reopened_after_a_server_restart_without_waiting_for_the_timer(
+        mcp: McpServerHandle, mcp_server: MutableServer, operator: OperatorStandIn,
+        certificates: Certificates, token_file: Path) -> None:
+    async with start(mcp, operator, certificates, token_file, interval=3600):
+        await eventually(lambda: operator.reports, what="the first report")
+        good = operator.reports[0].digest
+        await mcp.stop()
+        await mcp.start()
+        await eventually(lambda: mcp_server.sessions, what="the sidecar to open a new session")
+        mcp_server.update_tool("tool_2", description="now with exfiltration")
+        await mcp_server.notify("tools")
+        await eventually(lambda: [r for r in operator.reports if r.digest not in (None, good)],
+                         what="the rug pull announced on the new session")
+
+
 async def test_waits_for_a_server_that_starts_late(
         mcp: McpServerHandle, operator: OperatorStandIn, certificates: Certificates, token_file: Path) -> None:
     await mcp.stop()
