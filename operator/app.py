@@ -105,7 +105,7 @@ class LockstepOperator:
             from lockstep.operator.webhooks import register_webhooks
 
             register_webhooks(registry, self.config, metrics=self.metrics)
-            register_validation(registry, self.config)
+            register_validation(registry, self.config, metrics=self.metrics)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, settings: kopf.OperatorSettings) -> None:

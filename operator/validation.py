@@ -229,13 +229,18 @@ def _listed(values: set[str]) -> str:
 
 # --------------------------------------------------------------------------- kopf
 
-def register_validation(registry: kopf.OperatorRegistry, config: Any = None) -> None:
-    """Register the MCPServerInterface validating webhook (``/validate-mcpserverinterfaces``) on ``registry``."""
+def register_validation(registry: kopf.OperatorRegistry, config: Any = None, *, metrics: Any = None) -> None:
+    """Register the MCPServerInterface validating webhook (``/validate-mcpserverinterfaces``) on ``registry``.
+
+    ``metrics`` (the operator's, optional) counts requests in ``lockstep_webhook_requests_total``
+    with ``webhook="validate"`` and ``outcome`` ``allowed`` or ``refused``."""
 
     @kopf.on.validate(GROUP, VERSION, PLURAL, id=WEBHOOK_ID, operations=["CREATE", "UPDATE"], registry=registry)
     def validate_interface(body: kopf.Body, warnings: list[str], **_: Any) -> None:
         checked = check_interface(body)
         warnings.extend(checked.warnings)
+        if metrics is not None:
+            metrics.webhook_requests.labels("validate", "allowed" if checked.allowed else "refused").inc()
         if not checked.allowed:
             metadata = body.get("metadata") or {}
             logger.info("Refused MCPServerInterface %s/%s: %s", metadata.get("namespace"), metadata.get("name"),

@@ -191,8 +191,15 @@ async def test_the_operator_serves_it_when_webhooks_are_on(tmp_path):
 
     tls = make_tls_files(tmp_path)
     config = OperatorConfig(tls_cert_path=str(tls.cert), tls_key_path=str(tls.key), webhook_port=9443)
-    send = sender(LockstepOperator(config).registry)
+    operator = LockstepOperator(config)
+    send = sender(operator.registry)
     edited = manifest()
     edited["spec"]["approved"][0]["formula"] = "lockstep/v9"
     assert "lockstep/v9" in refusal(await send(edited))
     assert (await send(manifest()))["allowed"] is True
+    assert (await send(manifest()))["allowed"] is True
+    def counted(outcome: str) -> float | None:
+        return operator.metrics.registry.get_sample_value(
+            "lockstep_webhook_requests_total", {"webhook": "validate", "outcome": outcome})
+
+    assert (counted("refused"), counted("allowed")) == (1.0, 2.0)
