@@ -14,7 +14,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import kmock as kmock_module
 from click.testing import CliRunner, Result
 from lockstep.operator.cache import PodRecord
 from lockstep.operator.judge import Policy, judge
@@ -127,11 +126,9 @@ class Cluster:
 
 
 def make_cluster(emulator: Any, folder: Path) -> Cluster:
-    emulator.resources.load_bundled()
-    # Without the resource info kmock serves no verbs and namespaced=None for the CRD.
-    emulator.resources[CRD_RESOURCE] = kmock_module.ResourceInfo(
-        kind="MCPServerInterface", singular="mcpserverinterface", namespaced=True,
-        verbs={"get", "list", "watch", "create", "patch", "update", "delete"}, subresources={"status"})
+    from lockstep_testing.kmock_support import declare_resources
+
+    declare_resources(emulator)  # without it kmock serves the CRD with no verbs and namespaced=None
     return Cluster(emulator, write_kubeconfig(emulator, folder))
 
 
