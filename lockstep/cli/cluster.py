@@ -21,7 +21,7 @@ from typing import Any, Self
 import click
 
 from lockstep.cli.output import dump_json
-from lockstep.cli.targets import UsageError
+from lockstep.cli.targets import UsageError, is_url
 from lockstep.core import Interface, InterfaceDigest, LockstepError
 from lockstep.core.approval import ObservedRevision, observed_revisions
 from lockstep.core.diff import (
@@ -266,6 +266,9 @@ def _digest_only(entry: ObservedRevision, ignore: Sequence[str]) -> Revision:
 
 def diff_resource(resource_arg: str, target: ClusterTarget, *, as_json: bool, color: bool) -> int:
     """``lockstep diff RESOURCE``: print the drift of every observed revision; 1 when any is unapproved."""
+    if is_url(resource_arg) or resource_arg.endswith((".yaml", ".yml", ".json")) or Path(resource_arg).is_file():
+        raise UsageError(f"{resource_arg} is a URL or a file: compare it with another one "
+                         "(lockstep diff OLD NEW), or name an MCPServerInterface to read from the cluster")
     name = parse_resource(resource_arg)
     with Cluster(target) as cluster:
         resource = cluster.get_interface(name)

@@ -101,6 +101,8 @@ async def test_missing_resource_and_unreachable_cluster_exit_2(cluster, clean, t
     missing = await cluster.lockstep("diff", "nothing")
     assert missing.exit_code == 2 and missing.stdout == ""
     assert "error: MCPServerInterface agents/nothing not found" in missing.stderr
+    one_file = await cluster.lockstep("diff", "weather.yaml")
+    assert one_file.exit_code == 2 and "lockstep diff OLD NEW" in one_file.stderr
     wrong_kind = await cluster.lockstep("diff", "deployment/weather")
     assert wrong_kind.exit_code == 2 and "not an MCPServerInterface" in wrong_kind.stderr
     cluster.kubeconfig.write_text(cluster.kubeconfig.read_text().replace(str(cluster.emulator.url).rstrip("/"),
