@@ -36,6 +36,7 @@ logger = logging.getLogger("lockstep.sidecar")
 UNREACHABLE_ERRORS = (reader.ServerUnreachableError, reader.ReadTimeoutError)
 MIN_RETRY = 0.1
 MAX_RETRY = 5.0
+MIN_PROBE_GAP = 0.1  # seconds between the starts of two probes woken by list_changed
 
 
 class Prober:
@@ -75,11 +76,14 @@ class Prober:
             trigger = "connect"
             while True:
                 self._list_changed.clear()
+                started = time.monotonic()
                 await self._probe(live, trigger)
                 trigger = await self._wait(live)
                 if trigger == "dropped":
                     logger.info("The MCP session dropped; reconnecting")
                     return
+                if trigger == "list_changed":  # a server that floods notifications gets 10 reads a second
+                    await asyncio.sleep(max(0.0, started + MIN_PROBE_GAP - time.monotonic()))
 
     async def _probe(self, live: Any, trigger: str) -> None:
         started = time.monotonic()

@@ -70,6 +70,28 @@ async def test_rug_pull_announced_by_list_changed_is_reported(
         assert _sample(sidecar, "lockstep_sidecar_list_changed_total") >= 1
 
 
+async def test_a_flood_of_notifications_is_read_a_few_times_not_once_each(
+        mcp: McpServerHandle, mcp_server: MutableServer, operator: OperatorStandIn,
+        certificates: Certificates, token_file: Path) -> None:
+    async with start(mcp, operator, certificates, token_file, interval=3600) as sidecar:
+        await eventually(lambda: operator.reports, what="the first report")
+        await eventually(lambda: mcp_server.sessions, what="the sidecar's session")
+        reads_before = _tool_reads(mcp_server)
+        for number in range(100):  # one notification every 10 ms for a second
+            mcp_server.update_tool("tool_0", description=f"version {number}")
+            await mcp_server.notify("tools")
+            await asyncio.sleep(0.01)
+        final = await expected_digest(mcp.url)
+        await eventually(lambda: operator.reports[-1].digest == final, what="a report of the last version")
+        assert _sample(sidecar, "lockstep_sidecar_list_changed_total") == 100
+        assert _tool_reads(mcp_server) - reads_before < 40  # at most ~10 a second, plus the check above
+
+
+def _tool_reads(server: MutableServer) -> int:
+    """Complete reads of the tools list the server answered (first pages)."""
+    return sum(1 for kind, cursor in server.list_calls if kind == "tools" and cursor is None)
+
+
 async def test_silent_change_is_caught_by_the_timer(
         mcp: McpServerHandle, mcp_server: MutableServer, operator: OperatorStandIn,
         certificates: Certificates, token_file: Path) -> None:
