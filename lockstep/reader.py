@@ -360,7 +360,8 @@ class _MeteredTransport(httpx2.AsyncBaseTransport):
             raise
         if response.status_code == 404 and "mcp-session-id" in request.headers:
             # The server no longer knows the session (it restarted): the client must start a new one.
-            self._wire.drop(ServerUnreachableError(f"{self._wire.url}: the server ended the session"))
+            # A call in flight fails on its own 404; this marks the session for whoever reconnects.
+            self._wire.dropped.set()
         probing = request.headers.get("mcp-method") == "server/discover"  # a refusal means: use initialize
         if response.status_code >= 400 and request.method == "POST" and not probing:
             self._wire.fail(ServerUnreachableError(f"{self._wire.url}: {_http_status(response)}"))

@@ -53,10 +53,13 @@ class Prober:
         """Probe until cancelled; never raises."""
         retry = MIN_RETRY
         while True:
+            opened = time.monotonic()
             try:
                 await self._session()
-                retry = MIN_RETRY  # the session dropped after it had opened: reconnect at once
-                continue
+                if time.monotonic() - opened > MAX_RETRY:
+                    retry = MIN_RETRY  # a session that lived a while dropped: reconnect at once
+                    continue
+                # one that drops as soon as it opens is retried with backoff, not in a tight loop
             except reader.ReaderError as error:
                 self._failed(_failure_reason(error), str(error), scheduled=False)
             except InterfaceError as error:  # defensive: the reader raises these from read() only

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from lockstep.sidecar.app import running_sidecar
@@ -59,3 +61,32 @@ async def test_server_refusing_every_request_is_reported_unreachable_after_the_g
         await eventually(lambda: operator.reports, what="a report")
     assert operator.reports[0].failure == "ServerUnreachable"
     assert "401" in operator.reports[0].body["failure"]["message"]
+
+
+@dataclass
+class ForgetfulServer:
+    """Answers the notification stream's GET with 404, as a server that no longer knows the session."""
+
+    inner: HostileServer
+
+    def asgi_app(self, transport: Any) -> tuple[Any, str]:
+        app, path = self.inner.asgi_app(transport)
+
+        async def forgetful(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http" and scope["method"] == "GET":
+                await send({"type": "http.response.start", "status": 404, "headers": []})
+                await send({"type": "http.response.body", "body": b""})
+                return
+            await app(scope, receive, send)
+
+        return forgetful, path
+
+
+async def test_session_that_drops_at_once_is_reopened_with_backoff(
+        hostile: HostileServer, operator: OperatorStandIn, certificates: Certificates, token_file: Path) -> None:
+    async with (serve_mcp(ForgetfulServer(hostile)) as url,
+                running_sidecar(settings(url, operator, certificates, token_file, 3600), host="127.0.0.1")):
+        await eventually(lambda: operator.reports, what="the first report")
+        await asyncio.sleep(1.5)
+    assert operator.reports[0].failure is None
+    assert 2 <= hostile.methods.count("initialize") <= 6  # reconnects, backing off from 0.1 s
