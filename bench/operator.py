@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import json
 import os
+import resource as rusage
 import ssl
 import statistics
 import subprocess
@@ -40,10 +41,11 @@ import kmock
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from lockstep.core import Interface  # noqa: E402
-from lockstep.core.report import Observation  # noqa: E402
-from lockstep.core.revision import Revision  # noqa: E402
-from lockstep_testing.kmock_support import Emulator, TokenBook, declare_resources, make_tls_files  # noqa: E402
+from lockstep_testing.kmock_support import Emulator, TokenBook, declare_resources, make_tls_files
+
+from lockstep.core import Interface
+from lockstep.core.report import Observation
+from lockstep.core.revision import Revision
 
 NAMESPACE = "bench"
 AT = "2026-11-22T02:00:00Z"
@@ -56,13 +58,16 @@ class Phase:
     ok: int
     elapsed: float
     latencies: list[float]
+    operator_cpu: float = 0.0
+    emulator_cpu: float = 0.0
 
     def row(self) -> list[str]:
         ordered = sorted(self.latencies) or [float("nan")]
         p50 = statistics.median(ordered)
         p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
         return [self.name, str(self.sent), str(self.ok), f"{self.ok / self.elapsed:.0f}",
-                f"{p50 * 1000:.1f}", f"{p99 * 1000:.1f}"]
+                f"{p50 * 1000:.1f}", f"{p99 * 1000:.1f}", f"{self.operator_cpu / self.elapsed * 100:.0f}%",
+                f"{self.emulator_cpu / self.elapsed * 100:.0f}%"]
 
 
 def interface_of(index: int, drifted: bool) -> dict[str, Any]:
@@ -123,8 +128,9 @@ async def operator_process(emulator: Any, folder: Path, report_port: int, metric
                "--webhook-port", "0", "--tls-cert", str(tls.cert), "--tls-key", str(tls.key),
                "--rate-per-pod", "100", "--rate-burst", "100"]
     log_path = Path(os.environ.get("LOCKSTEP_BENCH_LOG", folder / "operator.log"))
-    log = open(log_path, "w")  # noqa: SIM115 - closed below
-    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    # Started once per run, before any load: blocking calls here do not skew the figures.
+    log = open(log_path, "w")  # noqa: SIM115, ASYNC230 - closed below
+    process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)  # noqa: ASYNC220
     try:
         context = ssl.create_default_context(cafile=str(tls.cert))
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as session:
@@ -142,8 +148,23 @@ async def operator_process(emulator: Any, folder: Path, report_port: int, metric
         yield process.pid
     finally:
         process.terminate()
-        process.wait(30)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
         log.close()
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of a process."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu() -> float:
+    usage = rusage.getrusage(rusage.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -202,7 +223,11 @@ async def bench(resources: int, replicas: int, rate: float, seconds: float) -> t
                 phases = []
                 for name, bodies in (("first", clean), ("drift", drifted), ("steady", drifted)):
                     targets = [(token, bodies[i]) for token, (i, _) in zip(pod_tokens, chosen)]
-                    phases.append(await run_phase(name, targets, url, rate, context))
+                    operator_before, own_before = process_cpu(pid), own_cpu()
+                    phase = await run_phase(name, targets, url, rate, context)
+                    phase.operator_cpu = process_cpu(pid) - operator_before
+                    phase.emulator_cpu = own_cpu() - own_before
+                    phases.append(phase)
                     await asyncio.sleep(1)
                 rss = peak_rss_mb(pid)
         writes = emulator.pod_status_writes
@@ -223,7 +248,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=200.0, help="reports per second sent")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each phase")
     args = parser.parse_args()
-    header = ["N x M", "phase", "sent", "202", "reports/s", "p50 ms", "p99 ms", "peak RSS MB", "pod writes"]
+    header = ["N x M", "phase", "sent", "202", "reports/s", "p50 ms", "p99 ms", "operator CPU",
+              "kmock+client CPU", "peak RSS MB", "pod writes"]
     rows = []
     for size in args.sizes.split(","):
         resources, replicas = (int(part) for part in size.split("x"))
@@ -233,7 +259,7 @@ def main() -> None:
                          f"{rss:.0f}" if index == 0 else "", str(writes) if index == 0 else ""])
     widths = [max(len(str(row[column])) for row in [header, *rows]) for column in range(len(header))]
     print(f"rate {args.rate:.0f} reports/s, {args.seconds:.0f} s per phase; latency = report sent -> 202 "
-          "(answered after the pod condition is written)")
+          "(answered after the pod condition is written); CPU in % of one core")
     for row in [header, *rows]:
         print("  ".join(str(cell).rjust(width) for cell, width in zip(row, widths)))
 

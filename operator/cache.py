@@ -125,7 +125,7 @@ class ClusterCache:
         self._resources.setdefault(namespace, {})[name] = record
         match_labels = dict(record.policy.selector.get("matchLabels") or {})
         if match_labels:
-            pair = sorted(match_labels.items())[0]  # every selected pod carries it
+            pair = min(match_labels.items())  # every selected pod carries it
             self._resources_by_label.setdefault(namespace, {}).setdefault(pair, set()).add(name)
         else:
             self._resources_by_expression.setdefault(namespace, set()).add(name)
@@ -137,7 +137,7 @@ class ClusterCache:
             return None
         match_labels = dict(record.policy.selector.get("matchLabels") or {})
         if match_labels:
-            _discard(self._resources_by_label.get(namespace, {}), sorted(match_labels.items())[0], name)
+            _discard(self._resources_by_label.get(namespace, {}), min(match_labels.items()), name)
         else:
             self._resources_by_expression.get(namespace, set()).discard(name)
         return record
@@ -173,7 +173,7 @@ class ClusterCache:
         bucket = self._pods.get(namespace, {})
         match_labels = dict(wanted.get("matchLabels") or {})
         if match_labels:
-            pair = sorted(match_labels.items())[0]
+            pair = min(match_labels.items())
             candidates: Iterable[str] = self._pods_by_label.get(namespace, {}).get(pair, set())
         else:
             candidates = bucket.keys()

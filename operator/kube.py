@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import kopf
 
-__all__ = ["GROUP", "KubeApiError", "KubeClient", "MERGE_PATCH", "PLURAL", "VERSION"]
+__all__ = ["GROUP", "MERGE_PATCH", "PLURAL", "VERSION", "KubeApiError", "KubeClient"]
 
 GROUP = "lockstep.dev"
 VERSION = "v1alpha1"
@@ -57,7 +57,7 @@ class KubeClient:
                 raise KubeApiError(response.status, _status_message(text))
             return json.loads(text) if text else None
 
-    async def list(self, path: str) -> list[dict[str, Any]]:
+    async def list_all(self, path: str) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         params: dict[str, str] = {"limit": "500"}
         while True:

@@ -15,11 +15,6 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from lockstep.core import Interface
-from lockstep.core.digest import ComponentDigest, InterfaceDigest
-from lockstep.core.errors import LockstepError
-from lockstep.core.report import FailureReason, Observation
-from lockstep.core.revision import Revision
 from lockstep.operator.cache import ClusterCache, PodRecord, ResourceRecord
 from lockstep.operator.config import OperatorConfig
 from lockstep.operator.events import EventPoster, pod_ref, resource_ref
@@ -37,6 +32,12 @@ from lockstep.operator.judge import (
 from lockstep.operator.kube import KubeApiError, KubeClient
 from lockstep.operator.metrics import Metrics
 from lockstep.operator.status import PodTrack, ResourceMemory, build_status, finding_counts, now_iso
+
+from lockstep.core import Interface
+from lockstep.core.digest import ComponentDigest, InterfaceDigest
+from lockstep.core.errors import LockstepError
+from lockstep.core.report import FailureReason, Observation
+from lockstep.core.revision import Revision
 
 __all__ = ["Reconciler"]
 
@@ -70,9 +71,9 @@ class Reconciler:
         """List the resources and pods once, and rebuild the last verdicts from the cluster."""
         namespaces: Iterable[str | None] = self.config.namespaces or [None]
         for namespace in namespaces:
-            for body in await self.client.list(self.client.resources_path(namespace)):
+            for body in await self.client.list_all(self.client.resources_path(namespace)):
                 self._put_resource(body)
-            for body in await self.client.list(self.client.pods_path(namespace)):
+            for body in await self.client.list_all(self.client.pods_path(namespace)):
                 self.cache.put_pod(PodRecord.from_body(body))
         for pod in self.cache.pods():
             self._restore_track(pod)

@@ -29,17 +29,16 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from lockstep.operator.app import LockstepOperator
+from lockstep.operator.config import OperatorConfig
 
 from lockstep.core import Interface
 from lockstep.core.errors import InterfaceError
 from lockstep.core.manifest import build_manifest
-from lockstep.core.revision import Revision
 from lockstep.core.report import FailureReason, Observation
+from lockstep.core.revision import Revision
 from lockstep.reader import ReaderError, read_interface
 from lockstep_testing.mcp_servers import MutableServer
-
-from lockstep.operator.app import LockstepOperator
-from lockstep.operator.config import OperatorConfig
 
 __all__ = [
     "CRD_RESOURCE",
@@ -248,7 +247,7 @@ def make_tls_files(folder: Path) -> TlsFiles:
     """A self-signed certificate for 127.0.0.1 (the sidecars trust it as their operator CA)."""
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "lockstep-operator")])
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
@@ -264,10 +263,11 @@ def make_tls_files(folder: Path) -> TlsFiles:
 
 
 def operator_config(tls: TlsFiles, **overrides: Any) -> OperatorConfig:
-    settings: dict[str, Any] = dict(report_host="127.0.0.1", report_port=0, tls_cert_path=str(tls.cert),
-                                    tls_key_path=str(tls.key), metrics_host="127.0.0.1", metrics_port=0,
-                                    health_port=0, webhook_port=0, stale_check_interval=0.2,
-                                    status_flush_interval=0.1, rate_per_pod=50.0, rate_burst=50)
+    settings: dict[str, Any] = {
+        "report_host": "127.0.0.1", "report_port": 0, "tls_cert_path": str(tls.cert),
+        "tls_key_path": str(tls.key), "metrics_host": "127.0.0.1", "metrics_port": 0, "health_port": 0,
+        "webhook_port": 0, "stale_check_interval": 0.2, "status_flush_interval": 0.1, "rate_per_pod": 50.0,
+        "rate_burst": 50}
     settings.update(overrides)
     return OperatorConfig(**settings)
 
@@ -283,7 +283,7 @@ class Sidecar:
     answers: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
     async def observe(self, mcp_url: str) -> Observation:
-        now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         try:
             result = await read_interface(mcp_url, timeout=10)
         except InterfaceError as error:  # a duplicate tool name, a malformed list
@@ -299,10 +299,10 @@ class Sidecar:
         headers = {"Authorization": f"Bearer {token if token is not None else self.token}",
                    "Content-Type": "application/json"}
         connector = aiohttp.TCPConnector(ssl=self.tls.client_context())
-        async with aiohttp.ClientSession(connector=connector) as session:
-            async with session.post(f"{self.url}/v1/reports", json=body if raw is None else None, data=raw,
-                                    headers=headers) as response:
-                answer = (response.status, await response.json(content_type=None))
+        async with aiohttp.ClientSession(connector=connector) as session, \
+                session.post(f"{self.url}/v1/reports", json=body if raw is None else None, data=raw,
+                             headers=headers) as response:
+            answer = (response.status, await response.json(content_type=None))
         self.answers.append(answer)
         return answer
 
@@ -389,8 +389,8 @@ def events_of(emulator: Emulator, kind: str, name: str) -> list[str]:
 
 
 async def metrics_text(operator: RunningOperator) -> str:
-    async with aiohttp.ClientSession() as session:
-        async with session.get(f"http://127.0.0.1:{operator.metrics_port}/metrics") as response:
-            return await response.text()
+    async with aiohttp.ClientSession() as session, \
+            session.get(f"http://127.0.0.1:{operator.metrics_port}/metrics") as response:
+        return await response.text()
 
 

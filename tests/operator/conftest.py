@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 import pytest
-
 from lockstep_testing.kmock_support import (
     Emulator,
     RunningOperator,

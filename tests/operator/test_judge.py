@@ -5,10 +5,11 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from lockstep.operator.judge import PodState, Policy, Reason, judge, judge_conflict, judge_stale
+
 from lockstep.core import Interface
 from lockstep.core.report import FailureReason, Observation
 from lockstep.core.revision import Revision
-from lockstep.operator.judge import PodState, Policy, Reason, judge, judge_conflict, judge_stale
 
 INTERFACE: dict[str, Any] = {
     "tools": [

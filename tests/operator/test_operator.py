@@ -3,13 +3,8 @@ reader, real reports over HTTPS, and the pod conditions, status, Events and metr
 
 from __future__ import annotations
 
-import kmock
 import pytest
-
-from lockstep.core import Interface
-from lockstep.core.revision import Revision
 from lockstep_testing.kmock_support import (
-    CRD_RESOURCE,
     KUBELET_CONDITIONS,
     MERGE_PATCH,
     NAMESPACE,
@@ -34,6 +29,9 @@ from lockstep_testing.kmock_support import (
     weather_server,
 )
 from lockstep_testing.mcp_servers import serve_mcp
+
+from lockstep.core import Interface
+from lockstep.core.revision import Revision
 
 pytestmark = pytest.mark.kmock(cls=Emulator)
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from lockstep.operator.peering import leads
 
-NOW = datetime(2026, 11, 22, 2, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 22, 2, 0, tzinfo=UTC)
 
 
 def _peer(priority: int, seconds_ago: int = 1, lifetime: int = 60) -> dict[str, object]:

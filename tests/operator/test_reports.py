@@ -9,9 +9,6 @@ from typing import Any
 
 import kmock
 import pytest
-
-from lockstep.core import Interface
-from lockstep.core.report import Observation
 from lockstep_testing.kmock_support import (
     NAMESPACE,
     TOOLS,
@@ -29,6 +26,9 @@ from lockstep_testing.kmock_support import (
     verdict_of,
     wait_for,
 )
+
+from lockstep.core import Interface
+from lockstep.core.report import Observation
 
 pytestmark = pytest.mark.kmock(cls=Emulator)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import kmock
 import pytest
-
 from lockstep_testing.kmock_support import (
     CRD_RESOURCE,
     NAMESPACE,
@@ -190,4 +189,4 @@ async def reconciler_flushed(operator: RunningOperator) -> None:
     """Wait until the operator has no status left to write (its flush timer ran)."""
     reconciler = operator.operator.reconciler
     assert reconciler is not None
-    await wait_for(lambda: not reconciler._dirty)  # noqa: SLF001 - a test peeks at the queue
+    await wait_for(lambda: not reconciler._dirty)
