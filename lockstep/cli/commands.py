@@ -203,7 +203,8 @@ def verify_command(target: str, against: str, fail_on: str, as_json: bool, heade
         click.echo(f"verified: {target} serves approved revision {matched.aggregate}")
     else:
         click.echo(f"drift: {target} serves {observed.aggregate}, which {against} does not approve")
-        click.echo(render_text(findings, color=_color()), nl=False)
+        colored = _color()
+        click.echo(render_text(findings, color=colored), nl=False, color=colored)
         if not failing:
             click.echo(f"note: the worst finding is {worst.value if worst else 'none'}, "
                        f"below --fail-on {fail_on}", err=True)
@@ -261,7 +262,8 @@ def diff_command(old: str, new: str | None, as_json: bool, color: str, headers: 
     if as_json:
         click.echo(dump_json(render_json(findings)), nl=False)
     elif findings:
-        click.echo(render_text(findings, color=_color(color)), nl=False)
+        colored = _color(color)
+        click.echo(render_text(findings, color=colored), nl=False, color=colored)
     sys.exit(EXIT_DRIFT if findings else EXIT_SAME)
 
 

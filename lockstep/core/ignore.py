@@ -55,6 +55,10 @@ class IgnoreRule:
                 f"ignore rule {pointer!r} must name a field inside a component, "
                 f"such as /{tokens[0]}/*/_meta/<field>; a rule may never hide whole components"
             )
+        if tokens[2] == WILDCARD:
+            raise IgnoreRuleError(
+                f"ignore rule {pointer!r} must name the field it ignores; '*' there would ignore every field"
+            )
         if tokens[1] != WILDCARD:
             raise IgnoreRuleError(
                 f"ignore rule {pointer!r}: the component index must be '*', since list order means nothing"

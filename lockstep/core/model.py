@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -224,49 +225,66 @@ def _components(document: Mapping[str, Any], limits: Limits) -> Iterator[Compone
 def check_json_value(value: Any, limits: Limits = DEFAULT_LIMITS) -> int:
     """Check that ``value`` is plain, finite JSON within the limits; return its approximate size.
 
-    Iterative, so a hostile nesting depth cannot exhaust the Python stack.
+    Iterative, so a hostile nesting depth cannot exhaust the Python stack. Paths are kept
+    as linked tuples and turned into JSON pointers only when an error is raised.
     """
     size = 0
-    stack: list[tuple[Any, int, str]] = [(value, 1, "")]
+    stack: list[tuple[Any, int, _Path]] = [(value, 1, None)]
     while stack:
-        item, depth, pointer = stack.pop()
+        item, depth, path = stack.pop()
         if depth > limits.max_depth:
-            raise NestingTooDeepError(f"nesting deeper than {limits.max_depth} levels", pointer=pointer)
+            raise NestingTooDeepError(f"nesting deeper than {limits.max_depth} levels", pointer=_pointer(path))
         if isinstance(item, dict):
             size += 2
             for key, child in item.items():
                 if not isinstance(key, str):
-                    raise MalformedInterfaceError(f"object key {key!r} is not a string", pointer=pointer)
+                    raise MalformedInterfaceError(f"object key {key!r} is not a string", pointer=_pointer(path))
+                if not key.isascii() and _SURROGATE.search(key):
+                    raise MalformedInterfaceError("a key holds a lone UTF-16 surrogate", pointer=_pointer(path))
                 size += len(key) + 4
-                stack.append((child, depth + 1, f"{pointer}/{_escape(key)}"))
+                stack.append((child, depth + 1, (path, key)))
         elif isinstance(item, list):
-            size += 2
-            for index, child in enumerate(item):
-                size += 1
-                stack.append((child, depth + 1, f"{pointer}/{index}"))
+            size += 2 + len(item)
+            stack.extend((child, depth + 1, (path, index)) for index, child in enumerate(item))
         elif isinstance(item, str):
             if len(item) > limits.max_string:
                 raise PayloadTooLargeError(
-                    f"a string of {len(item)} characters, more than {limits.max_string}", pointer=pointer
+                    f"a string of {len(item)} characters, more than {limits.max_string}", pointer=_pointer(path)
+                )
+            if not item.isascii() and _SURROGATE.search(item):
+                raise MalformedInterfaceError(
+                    "a string holds a lone UTF-16 surrogate, which is not Unicode text", pointer=_pointer(path)
                 )
             size += len(item) + 2
         elif isinstance(item, bool) or item is None:
             size += 5
         elif isinstance(item, float):
             if not math.isfinite(item):
-                raise NonFiniteNumberError(f"{item!r} is not a JSON number", pointer=pointer)
+                raise NonFiniteNumberError(f"{item!r} is not a JSON number", pointer=_pointer(path))
             size += 24
         elif isinstance(item, int):
             if item.bit_length() > 1023:
                 raise NonFiniteNumberError(
-                    "an integer beyond the range of IEEE 754 doubles is not a JSON number", pointer=pointer
+                    "an integer beyond the range of IEEE 754 doubles is not a JSON number", pointer=_pointer(path)
                 )
             size += item.bit_length() // 3 + 1
         else:
-            raise MalformedInterfaceError(f"{_type_name(item)} is not a JSON value", pointer=pointer)
+            raise MalformedInterfaceError(f"{_type_name(item)} is not a JSON value", pointer=_pointer(path))
         if size > limits.max_bytes:
             raise PayloadTooLargeError(f"interface larger than the limit of {limits.max_bytes} bytes")
     return size
+
+
+_Path = tuple[Any, str | int] | None
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _pointer(path: _Path) -> str:
+    tokens: list[str] = []
+    while path is not None:
+        path, token = path
+        tokens.append(_escape(token) if isinstance(token, str) else str(token))
+    return "".join(f"/{token}" for token in reversed(tokens))
 
 
 def _escape(token: str) -> str:

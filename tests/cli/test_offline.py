@@ -131,3 +131,8 @@ def test_unusable_input_is_exit_2_with_one_line_on_stderr(invoke, write):
 def test_bad_header_syntax_is_a_usage_error(invoke):
     result = invoke("hash", "http://127.0.0.1:9/mcp", "-H", "no-colon")
     assert result.exit_code == 2 and "not of the form 'Name: value'" in result.stderr
+
+
+def test_diff_color_always_keeps_colour_when_piped(invoke, write):
+    result = invoke("diff", write("old.json", APPROVED), write("new.json", poisoned()), "--color", "always")
+    assert result.exit_code == 1 and "\x1b[" in result.stdout

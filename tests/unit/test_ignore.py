@@ -64,6 +64,7 @@ def test_escaped_tokens():
         ("/resources/*/uri", "key 'uri'"),
         ("/instructions/x", "instructions are a string"),
         ("/tools/*/a~2b", "escaped"),
+        ("/tools/*/*", "must name the field"),
     ],
 )
 def test_rules_that_could_hide_components_or_are_not_pointers_are_refused(pointer, message):

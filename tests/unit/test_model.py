@@ -119,3 +119,18 @@ def test_document_round_trip_sorts_lists_by_key():
     document = {"tools": [{"name": "b"}, {"name": "a"}]}
     assert Interface.from_document(document).to_document() == {"tools": [{"name": "a"}, {"name": "b"}]}
     assert json.loads(json.dumps(Interface.from_document(FULL).to_document()))["prompts"] == FULL["prompts"]
+
+
+@pytest.mark.parametrize("document", [
+    {"tools": [{"name": "a", "description": "x\ud800y"}]},
+    {"tools": [{"name": "a", "inputSchema": {"\udfff": 1}}]},
+])
+def test_lone_surrogates_are_invalid_text(document):
+    with pytest.raises(MalformedInterfaceError, match="lone UTF-16 surrogate"):
+        Interface.from_document(document)
+
+
+def test_error_pointers_name_the_exact_place():
+    with pytest.raises(NonFiniteNumberError) as caught:
+        Interface.from_document({"tools": [{"name": "a"}, {"name": "b/c", "inputSchema": {"p~q": [0, float("nan")]}}]})
+    assert caught.value.pointer == "/tools/1/inputSchema/p~0q/1"
