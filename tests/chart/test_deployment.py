@@ -90,12 +90,23 @@ def test_the_pod_meets_the_restricted_pod_security_standard(render) -> None:
     assert not pod.get("hostNetwork") and not pod.get("hostPID")
 
 
-def test_probes_liveness_on_kopf_health_and_readiness_on_leadership(render) -> None:
+def test_probes_use_kopfs_health_endpoint_so_the_standby_is_ready_too(render) -> None:
+    """A leader-only readiness would leave the standby unready for good: rolling updates (maxUnavailable
+    0 with two replicas), `helm --wait` and `kubectl rollout status` would never finish."""
     container = operator_container(render())
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"reports": 8443, "webhooks": 9443, "metrics": 8080, "health": 8081}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
-    assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "reports", "scheme": "HTTPS"}
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+
+
+def test_a_disruption_budget_keeps_one_replica_through_drains(render) -> None:
+    objects = render()
+    budget = one(objects, "PodDisruptionBudget")
+    assert budget["spec"]["minAvailable"] == 1
+    assert budget["spec"]["selector"]["matchLabels"] == one(objects, "Deployment")["spec"]["selector"]["matchLabels"]
+    single = render({"operator": {"replicaCount": 1, "peering": {"enabled": False}}})
+    assert not [o for o in single if o["kind"] == "PodDisruptionBudget"]
 
 
 def test_two_replicas_spread_over_nodes_and_zones_with_peering(render) -> None:

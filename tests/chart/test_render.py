@@ -31,7 +31,7 @@ def test_all_toggles_render_their_objects(render) -> None:
     objects = render(ALL_ON)
     kinds = {o["kind"] for o in objects}
     assert {"ServiceMonitor", "PodMonitor", "PrometheusRule", "Certificate", "Issuer", "ConfigMap",
-            "ClusterKopfPeering"} <= kinds
+            "ClusterKopfPeering", "PodDisruptionBudget"} <= kinds
     assert not find(objects, "Secret"), "with cert-manager the chart must not write the TLS Secret itself"
     validated = {validate_object(obj, CRDS) for obj in objects}
     assert validated == {"kubernetes", "crd", "vendored"}

@@ -16,6 +16,7 @@ What runs: kmock as the API server and the real operator, webhook server, MCP se
     100  the sidecar of calendar-1 stops (its pod stays): stale after staleAfter (30s)
     120  a forger posts reports with made-up tokens (refused: Unauthenticated)
     180  the new weather revision is approved: the weather pods are verified again
+    200  weather scales up: two more pods pass the webhook and are verified
     240  end
 """
 
@@ -55,7 +56,7 @@ DASHBOARD = HERE.parent / "dashboards" / "lockstep.json"
 OUTPUT = REPO / "docs" / "img" / "dashboard-data.json"
 SCRAPE_SECONDS = 2
 RATE_INTERVAL = "20s"
-TIMELINE = {"rug_pull": 60, "sidecar_stops": 100, "forgery": 120, "approval": 180, "end": 240}
+TIMELINE = {"rug_pull": 60, "sidecar_stops": 100, "forgery": 120, "approval": 180, "scale_up": 200, "end": 240}
 
 WEATHER_TOOLS = [
     {"name": "get_forecast", "description": "Forecast for a city.",
@@ -199,6 +200,13 @@ async def test_record_a_rug_pull_for_the_dashboard(kmock: Emulator, tmp_path: Pa
         async with cluster.api.patch(f"/apis/lockstep.dev/v1alpha1/namespaces/{NAMESPACE}/mcpserverinterfaces/weather",
                                      json=patch, headers={"Content-Type": "application/merge-patch+json"}) as answer:
             assert answer.status < 300
+
+        await until(started, TIMELINE["scale_up"])
+        for name in ("weather-3", "weather-4"):
+            admitted = await cluster.admit(pod(name, "weather"))
+            sidecars[name] = contextlib.AsyncExitStack()
+            await sidecars[name].enter_async_context(start_pod(cluster, admitted, tmp_path))
+            stack.push_async_callback(sidecars[name].aclose)
 
         await until(started, TIMELINE["end"])
         end_wall = time.time()
