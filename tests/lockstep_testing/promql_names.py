@@ -106,23 +106,57 @@ def label_values() -> dict[tuple[str, str], set[str]]:
         ("lockstep_reports_rejected_total", "reason"): set(REJECTION_REASONS),
         ("lockstep_report_duration_seconds_bucket", "outcome"): {"accepted", "rejected"},
         ("lockstep_webhook_requests_total", "outcome"): webhook_outcomes(),
+        ("lockstep_webhook_requests_total", "webhook"): webhook_names(),
     }
 
 
 def webhook_outcomes() -> set[str]:
-    """The outcomes the admission handlers count, read from their source: the string literals passed
-    to the local function that increments ``webhook_requests``."""
+    """The outcomes the admission handlers count, read from their source: literal ``outcome`` arguments
+    of ``webhook_requests.labels(webhook, outcome)``, and of calls to a local helper that calls it."""
     import ast
     import inspect
 
-    from lockstep.operator import webhooks
+    from lockstep.operator import validation, webhooks
 
-    tree = ast.parse(inspect.getsource(webhooks))
-    counters = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
-                and "webhook_requests" in ast.unparse(node)}
-    return {call.args[0].value for call in ast.walk(tree)
-            if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in counters
-            and call.args and isinstance(call.args[0], ast.Constant) and isinstance(call.args[0].value, str)}
+    outcomes: set[str] = set()
+    for module in (webhooks, validation):
+        tree = ast.parse(inspect.getsource(module))
+        helpers = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)
+                   and not any(isinstance(inner, ast.FunctionDef) for inner in ast.walk(node) if inner is not node)
+                   and "webhook_requests" in ast.unparse(node)}
+        for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+            if isinstance(call.func, ast.Attribute) and call.func.attr == "labels" \
+                    and "webhook_requests" in ast.unparse(call.func) and len(call.args) == 2:
+                outcomes |= _literals(call.args[1])
+            elif isinstance(call.func, ast.Name) and call.func.id in helpers and call.args:
+                outcomes |= _literals(call.args[0])
+    return outcomes
+
+
+def webhook_names() -> set[str]:
+    """The ``webhook`` label values: literal first arguments of ``webhook_requests.labels(...)``."""
+    import ast
+    import inspect
+
+    from lockstep.operator import validation, webhooks
+
+    names: set[str] = set()
+    for module in (webhooks, validation):
+        for call in (n for n in ast.walk(ast.parse(inspect.getsource(module))) if isinstance(n, ast.Call)):
+            if isinstance(call.func, ast.Attribute) and call.func.attr == "labels" \
+                    and "webhook_requests" in ast.unparse(call.func) and call.args:
+                names |= _literals(call.args[0])
+    return names
+
+
+def _literals(node: object) -> set[str]:
+    import ast
+
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return {node.value}
+    if isinstance(node, ast.IfExp):
+        return _literals(node.body) | _literals(node.orelse)
+    return set()
 
 
 def check_expression(expr: str, registered: dict[str, RegisteredMetric]) -> list[str]:
