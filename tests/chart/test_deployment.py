@@ -139,3 +139,19 @@ def test_sidecar_resources_reach_the_operator_as_json(chart, render) -> None:
     params = parse_operator_args(operator_container(render(values))["args"])
     assert params["sidecar_resources"]["requests"]["cpu"] == "5m"
     assert params["sidecar_resources"] == chart.merge_values(values)["sidecar"]["resources"]
+
+
+def test_the_helm_test_pod_checks_the_report_url_the_sidecars_get_with_their_ca(render) -> None:
+    objects = render()
+    test_pod = one(objects, "Pod", "demo-lockstep-test-reports")
+    assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    [container] = test_pod["spec"]["containers"]
+    script = container["args"][0]
+    compile(script, "helm-test", "exec")
+    report_url = parse_operator_args(operator_container(objects)["args"])["report_url"]
+    assert f'"{report_url}/healthz"' in script
+    [volume] = test_pod["spec"]["volumes"]
+    assert volume["secret"]["secretName"] == "demo-lockstep-tls"
+    assert volume["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
+    assert 'cafile="/etc/lockstep/tls/ca.crt"' in script
+    assert container["volumeMounts"][0]["mountPath"] == "/etc/lockstep/tls"
