@@ -30,3 +30,9 @@ def test_peering_crds_keep_status_writable_by_kopf() -> None:
         assert "subresources" not in version
         status = version["schema"]["openAPIV3Schema"]["properties"]["status"]
         assert status["x-kubernetes-preserve-unknown-fields"] is True
+
+
+def test_the_packaged_chart_leaves_out_the_generators(chart) -> None:
+    names = {f["name"] for f in chart.files} | {t["name"] for t in chart.templates}
+    assert "dashboards/lockstep.json" in names
+    assert not {name for name in names if name.startswith("hack/") or "__pycache__" in name}
