@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from typing import Any
 
 import pytest
+import yaml
 from lockstep_testing.chart_render import ALL_ON, CHART_DIR, one
 from lockstep_testing.promql_names import RegisteredMetric, check_expression, code_metrics
 
@@ -92,3 +94,18 @@ def test_the_chart_ships_the_dashboard_in_a_labelled_configmap(render, dashboard
     configmap = one(render(ALL_ON), "ConfigMap", "demo-lockstep-dashboard")
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(configmap["data"]["lockstep.json"]) == dashboard
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (apt-get install prometheus)")
+def test_every_query_is_valid_promql(dashboard, tmp_path) -> None:
+    """promtool parses each panel query (Grafana's variables filled in) as a recording rule."""
+    rules = [{"record": f"lockstep:panel_{panel['id']}_{target['refId'].lower()}",
+              "expr": target["expr"].replace("$__rate_interval", "1m").replace("$namespace", ".*")
+              .replace("$interface", ".*")}
+             for panel in dashboard["panels"] for target in panel["targets"]]
+    rule_file = tmp_path / "panels.rules.yaml"
+    rule_file.write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": rules}]}))
+    result = subprocess.run(["promtool", "check", "rules", str(rule_file)], capture_output=True, text=True,
+                            check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"SUCCESS: {len(rules)} rules found" in result.stdout
