@@ -67,3 +67,16 @@ def test_the_pod_monitor_scrapes_the_port_the_webhook_gives_the_sidecar(render) 
     assert [p["name"] for p in sidecar["ports"]] == [monitor["spec"]["podMetricsEndpoints"][0]["port"]]
     assert sidecar["ports"][0]["containerPort"] == DEFAULT_SIDECAR_PORT
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+
+
+def test_a_long_release_name_keeps_every_name_within_kubernetes_limits(chart) -> None:
+    from lockstep_testing.chart_render import documents
+
+    release = "a-very-long-release-name-for-the-lockstep-operator-x"  # 53 characters, Helm's maximum
+    objects = documents(chart.render(values=ALL_ON, name=release, namespace=NAMESPACE, is_install=True))
+    names = [o["metadata"]["name"] for o in objects if o["kind"] != "CustomResourceDefinition"]
+    assert all(len(name) <= 63 and not name.endswith("-") for name in names), [n for n in names if len(n) > 63]
+    services = [o["metadata"]["name"] for o in objects if o["kind"] == "Service"]
+    assert len(set(services)) == len(services) == 3
+    for obj in objects:
+        validate_object(obj, CRDS)

@@ -27,6 +27,16 @@ Names. Kubernetes names are cut to 63 characters; helpers that add a suffix leav
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
+{{/*
+"<fullname>-<suffix>", the full name cut so that the result stays within 63 characters.
+Usage: include "lockstep.suffixed" (list . "dashboard")
+*/}}
+{{- define "lockstep.suffixed" -}}
+{{- $root := index . 0 }}
+{{- $suffix := index . 1 }}
+{{- printf "%s-%s" (include "lockstep.fullname" $root | trunc (int (sub 62 (len $suffix))) | trimSuffix "-") $suffix }}
+{{- end }}
+
 {{/* The operator's Deployment, Services and ServiceAccount share this stem. */}}
 {{- define "lockstep.operator.fullname" -}}
 {{- printf "%s-operator" (include "lockstep.fullname" . | trunc 54 | trimSuffix "-") }}
@@ -160,7 +170,7 @@ material is cached in .Values so the Secret, the webhook configurations and the 
 {{- $_ := set .Values "_lockstepTlsCache" (dict "ca" (index $data "ca.crt") "crt" (index $data "tls.crt") "key" (index $data "tls.key")) }}
 {{- else }}
 {{- $days := int .Values.tls.validityDays }}
-{{- $caPair := genCA (printf "%s-ca" (include "lockstep.fullname" .)) $days }}
+{{- $caPair := genCA (include "lockstep.suffixed" (list . "ca")) $days }}
 {{- $cn := printf "%s.%s.svc" (include "lockstep.webhook.serviceName" .) (include "lockstep.namespace" .) }}
 {{- $dnsNames := include "lockstep.tls.dnsNames" . | fromYamlArray }}
 {{- $cert := genSignedCert $cn nil $dnsNames $days $caPair }}
