@@ -80,3 +80,12 @@ def test_a_long_release_name_keeps_every_name_within_kubernetes_limits(chart) ->
     assert len(set(services)) == len(services) == 3
     for obj in objects:
         validate_object(obj, CRDS)
+
+
+def test_notes_tell_how_to_pin_a_first_server(chart) -> None:
+    notes = chart.render(values={}, name="demo", namespace=NAMESPACE, is_install=True)["lockstep/templates/NOTES.txt"]
+    assert "kubectl label namespace <namespace> lockstep.dev/inject=enabled" in notes
+    assert "lockstep snapshot http://<server>:<port>/mcp --name <name> -n <namespace> | kubectl apply -f -" in notes
+    assert f"kubectl -n {NAMESPACE} rollout status deployment/demo-lockstep-operator" in notes
+    with_dashboard = chart.render(values={"dashboard": {"enabled": True}}, name="demo", namespace=NAMESPACE)
+    assert "ConfigMap demo-lockstep-dashboard" in with_dashboard["lockstep/templates/NOTES.txt"]
