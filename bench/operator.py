@@ -31,7 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +60,9 @@ class Phase:
     latencies: list[float]
     operator_cpu: float = 0.0
     emulator_cpu: float = 0.0
+    server_seconds: float = 0.0  # the operator's own sum of lockstep_report_duration_seconds
+    api_latencies: list[float] = field(default_factory=list)  # the emulated API's PATCH, probed aside
+    loop_latencies: list[float] = field(default_factory=list)  # the operator's /readyz, probed aside
 
     def row(self) -> list[str]:
         ordered = sorted(self.latencies) or [float("nan")]
@@ -67,7 +70,10 @@ class Phase:
         p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
         return [self.name, str(self.sent), str(self.ok), f"{self.ok / self.elapsed:.0f}",
                 f"{p50 * 1000:.1f}", f"{p99 * 1000:.1f}", f"{self.operator_cpu / self.elapsed * 100:.0f}%",
-                f"{self.emulator_cpu / self.elapsed * 100:.0f}%"]
+                f"{self.emulator_cpu / self.elapsed * 100:.0f}%",
+                f"{self.server_seconds / max(1, self.ok) * 1000:.1f}",
+                f"{statistics.median(self.api_latencies or [float('nan')]) * 1000:.1f}",
+                f"{statistics.median(self.loop_latencies or [float('nan')]) * 1000:.1f}"]
 
 
 def interface_of(index: int, drifted: bool) -> dict[str, Any]:
@@ -167,6 +173,41 @@ def own_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+async def probe_api(emulator: Any, latencies: list[float]) -> None:
+    """PATCH a spare pod every 20 ms and time it: how fast the emulated API answers under the load."""
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods/probe/status"
+    while True:
+        started = time.perf_counter()
+        async with emulator.patch(path, json={"status": {"phase": "Running"}}) as response:
+            await response.read()
+        emulator.pod_status_writes -= 1  # not the operator's
+        latencies.append(time.perf_counter() - started)
+        await asyncio.sleep(0.02)
+
+
+async def probe_ready(port: int, context: ssl.SSLContext, latencies: list[float]) -> None:
+    """GET the operator's /readyz (no API call behind it) every 20 ms on one kept-alive connection:
+    its time is the operator's event-loop delay plus the round trip."""
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context, limit=1)) as session:
+        while True:
+            started = time.perf_counter()
+            async with session.get(f"https://127.0.0.1:{port}/readyz") as response:
+                await response.read()
+            latencies.append(time.perf_counter() - started)
+            await asyncio.sleep(0.02)
+
+
+async def report_seconds(metrics_port: int) -> float:
+    """The operator's total time handling accepted reports (its histogram's sum)."""
+    async with aiohttp.ClientSession() as session, \
+            session.get(f"http://127.0.0.1:{metrics_port}/metrics") as response:
+        text = await response.text()
+    for line in text.splitlines():
+        if line.startswith('lockstep_report_duration_seconds_sum{outcome="accepted"}'):
+            return float(line.split()[-1])
+    return 0.0
+
+
 def peak_rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -208,7 +249,8 @@ async def bench(resources: int, replicas: int, rate: float, seconds: float) -> t
         tokens = TokenBook(emulator)
         await create_all(emulator, [resource(i) for i in range(resources)],
                          f"/apis/lockstep.dev/v1alpha1/namespaces/{NAMESPACE}/mcpserverinterfaces")
-        await create_all(emulator, [pod(i, r) for i in range(resources) for r in range(replicas)],
+        await create_all(emulator, [pod(i, r) for i in range(resources) for r in range(replicas)]
+                         + [{**pod(-1, 0), "metadata": {"name": "probe", "namespace": NAMESPACE, "uid": "probe"}}],
                          f"/api/v1/namespaces/{NAMESPACE}/pods")
         count = min(resources * replicas, int(rate * seconds))
         chosen = [(i % resources, i // resources) for i in range(count)]  # spread over every resource
@@ -224,9 +266,18 @@ async def bench(resources: int, replicas: int, rate: float, seconds: float) -> t
                 for name, bodies in (("first", clean), ("drift", drifted), ("steady", drifted)):
                     targets = [(token, bodies[i]) for token, (i, _) in zip(pod_tokens, chosen)]
                     operator_before, own_before = process_cpu(pid), own_cpu()
+                    server_before = await report_seconds(metrics_port)
+                    api_latencies: list[float] = []
+                    loop_latencies: list[float] = []
+                    probes = [asyncio.create_task(probe_api(emulator, api_latencies)),
+                              asyncio.create_task(probe_ready(report_port, context, loop_latencies))]
                     phase = await run_phase(name, targets, url, rate, context)
+                    for probe in probes:
+                        probe.cancel()
+                    phase.api_latencies, phase.loop_latencies = api_latencies, loop_latencies
                     phase.operator_cpu = process_cpu(pid) - operator_before
                     phase.emulator_cpu = own_cpu() - own_before
+                    phase.server_seconds = await report_seconds(metrics_port) - server_before
                     phases.append(phase)
                     await asyncio.sleep(1)
                 rss = peak_rss_mb(pid)
@@ -249,7 +300,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each phase")
     args = parser.parse_args()
     header = ["N x M", "phase", "sent", "202", "reports/s", "p50 ms", "p99 ms", "operator CPU",
-              "kmock+client CPU", "peak RSS MB", "pod writes"]
+              "kmock+client CPU", "in operator ms", "API PATCH ms", "/readyz ms", "peak RSS MB", "pod writes"]
     rows = []
     for size in args.sizes.split(","):
         resources, replicas = (int(part) for part in size.split("x"))

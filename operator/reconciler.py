@@ -44,6 +44,7 @@ __all__ = ["Reconciler"]
 logger = logging.getLogger(__name__)
 Key = tuple[str, str]
 WRITE_ATTEMPTS = 4
+VERDICT_CACHE_SIZE = 4096
 _FAILURE_REASONS = {Reason.SERVER_UNREACHABLE: FailureReason.SERVER_UNREACHABLE,
                     Reason.INTERFACE_INVALID: FailureReason.INTERFACE_INVALID}
 
@@ -63,6 +64,7 @@ class Reconciler:
         self._locks: dict[Key, asyncio.Lock] = {}
         self._dirty: set[Key] = set()
         self._written: dict[Key, dict[str, Any]] = {}
+        self._verdicts: dict[tuple[Any, ...], Verdict] = {}
         #: Times when a pod's condition was written, for the benchmark and the latency metric.
         self.condition_writes = 0
 
@@ -101,7 +103,7 @@ class Reconciler:
         self.tracks[pod.key] = PodTrack(
             uid=pod.uid, observation=observation, received_at=time.monotonic(), verdict=verdict,
             was_verified=reason in (Reason.VERIFIED, Reason.INTERFACE_CHANGED),
-            stale=reason is Reason.REPORT_STALE)
+            stale=reason is Reason.REPORT_STALE, written=verdict.condition)
 
     # ------------------------------------------------------------------ watch events
     async def on_resource(self, event_type: str, body: Mapping[str, Any]) -> None:
@@ -227,11 +229,27 @@ class Reconciler:
             elif track.stale:
                 verdict = judge_stale(resources[0].policy, time.monotonic() - track.received_at)
             else:
-                verdict = judge(track.observation, resources[0].policy, was_verified=track.was_verified)
+                verdict = self._judge_once(track.observation, resources[0].policy, track.was_verified)
                 if verdict.trusts is not None:
                     self._trust(resources[0], verdict.trusts, pod)
             await self._apply(pod, track, verdict, resources)
             return verdict
+
+    def _judge_once(self, observation: Observation, policy: Policy, was_verified: bool) -> Verdict:
+        """Judge, reusing the verdict of an identical observation of another pod (same aggregate
+        digest, so the same definitions) under the same policy: the diff runs once per revision."""
+        if observation.digest is None:
+            return judge(observation, policy, was_verified=was_verified)
+        key = (policy.namespace, policy.name, policy.judging_key, observation.digest.digest,
+               observation.definitions is not None, was_verified)
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            verdict = judge(observation, policy, was_verified=was_verified)
+            if verdict.trusts is None:
+                self._verdicts[key] = verdict
+                if len(self._verdicts) > VERDICT_CACHE_SIZE:
+                    del self._verdicts[next(iter(self._verdicts))]
+        return verdict
 
     def _trust(self, record: ResourceRecord, revision: Revision, pod: PodRecord) -> None:
         entry = revision.to_spec(with_definitions=_small(revision, self.config.status_definitions_limit))
@@ -256,11 +274,16 @@ class Reconciler:
             self.metrics.verifications.labels(record.policy.namespace, record.policy.name, verdict.reason.value).inc()
             self.metrics.last_verification.labels(record.policy.namespace, record.policy.name).set(time.time())
             self._dirty.add(record.key)
-        current = pod.lockstep_condition
-        if current is not None and (current.get("status"), current.get("reason"), current.get("message")) \
-                == verdict.condition:
+        current = _condition_of(pod)
+        if track.written is not None and current != track.written and current in track.earlier:
+            current = track.written  # a late watch event of an earlier write: the pod carries the last one
+        if current == verdict.condition:
             return
-        await self._write_condition(pod.key, verdict)
+        if not await self._write_condition(pod.key, verdict):
+            return
+        if track.written is not None and track.written != verdict.condition:
+            track.earlier = [*track.earlier[-3:], track.written]
+        track.written = verdict.condition
         if previous is None or (previous.status, previous.reason) != (verdict.status, verdict.reason):
             await self._announce(pod, verdict, resources)
 
@@ -271,13 +294,16 @@ class Reconciler:
             await self.events.post(resource_ref(record.policy.namespace, record.policy.name, record.policy.uid),
                                    kind, verdict.reason.value, f"pod {pod.name}: {verdict.message}")
 
-    async def _write_condition(self, key: Key, verdict: Verdict) -> None:
+    async def _write_condition(self, key: Key, verdict: Verdict) -> bool:
         """Merge-patch pods/status with the full conditions list (a merge patch replaces lists), guarded
-        by the pod's resourceVersion so that a condition written meanwhile by the kubelet is not lost."""
-        for _ in range(WRITE_ATTEMPTS):
+        by the pod's resourceVersion so that a condition written meanwhile by the kubelet is not lost.
+        Returns whether it wrote (False: the pod is gone, or already carries the verdict)."""
+        for attempt in range(WRITE_ATTEMPTS):
             pod = self.cache.pod(*key)
             if pod is None:
-                return
+                return False
+            if attempt and _condition_of(pod) == verdict.condition:
+                return False
             old = pod.lockstep_condition or {}
             since = old.get("lastTransitionTime") if old.get("status") == verdict.status else None
             condition = {"type": CONDITION_TYPE, "status": verdict.status, "reason": verdict.reason.value,
@@ -291,7 +317,7 @@ class Reconciler:
             except KubeApiError as error:
                 if error.status == 404:
                     self.cache.drop_pod(*key)
-                    return
+                    return False
                 if error.status != 409:
                     raise
                 fresh = await self.client.get(f"/api/v1/namespaces/{key[0]}/pods/{key[1]}")
@@ -303,7 +329,7 @@ class Reconciler:
             else:
                 pod.conditions = [*pod.other_conditions, condition]
             self.condition_writes += 1
-            return
+            return True
         raise KubeApiError(409, f"pod {key[0]}/{key[1]} kept changing; condition not written")
 
     def _verdict_reason(self, key: Key) -> Reason | None:
@@ -327,6 +353,13 @@ class Reconciler:
             logger.info("%s/%s: phase %s -> %s", *record.key, record.status.get("phase"), status["phase"])
         await self.client.merge_patch(self.client.resource_status_path(*record.key), {"status": status})
         self._written[record.key] = status
+
+
+def _condition_of(pod: PodRecord) -> tuple[str, str, str] | None:
+    condition = pod.lockstep_condition
+    if condition is None:
+        return None
+    return (str(condition.get("status")), str(condition.get("reason")), str(condition.get("message") or ""))
 
 
 def _same_status(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:

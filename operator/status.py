@@ -23,13 +23,14 @@ import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
+
+from lockstep.operator.cache import PodRecord
+from lockstep.operator.judge import PodState, Policy, Verdict, short_digest
 
 from lockstep.core.report import Observation
 from lockstep.core.revision import Revision
-from lockstep.operator.cache import PodRecord
-from lockstep.operator.judge import PodState, Policy, Verdict, short_digest
 
 __all__ = ["PodTrack", "ResourceMemory", "build_status", "now_iso"]
 
@@ -39,7 +40,7 @@ READY_STATES = (PodState.VERIFIED, PodState.AUDIT)
 
 
 def now_iso() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -52,6 +53,10 @@ class PodTrack:
     verdict: Verdict | None = None
     was_verified: bool = False
     stale: bool = False
+    #: The condition (status, reason, message) last written, and those written before it: a watch
+    #: event that arrives late shows one of those, which is no reason to write again.
+    written: tuple[str, str, str] | None = None
+    earlier: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 @dataclass
