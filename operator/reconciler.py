@@ -221,6 +221,8 @@ class Reconciler:
                 return None
             resources = self.cache.selecting(pod)
             if not resources:
+                if track.written is not None and track.written[0] == "True":
+                    await self._unselected(pod, track)  # its resource is gone: fail closed
                 return None
             if len(resources) > 1:
                 verdict = judge_conflict([record.policy.name for record in resources])
@@ -234,6 +236,15 @@ class Reconciler:
                     self._trust(resources[0], verdict.trusts, pod)
             await self._apply(pod, track, verdict, resources)
             return verdict
+
+    async def _unselected(self, pod: PodRecord, track: PodTrack) -> None:
+        verdict = Verdict("False", Reason.NOT_APPROVED, "no MCPServerInterface selects this pod any more",
+                          PodState.PENDING)
+        track.verdict, track.observation = verdict, None
+        if await self._write_condition(pod.key, verdict):
+            track.written = verdict.condition
+            await self.events.post(pod_ref(pod.namespace, pod.name, pod.uid), "Warning", verdict.reason.value,
+                                   verdict.message)
 
     def _judge_once(self, observation: Observation, policy: Policy, was_verified: bool) -> Verdict:
         """Judge, reusing the verdict of an identical observation of another pod (same aggregate

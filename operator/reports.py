@@ -17,14 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from aiohttp import web
-
-from lockstep.core.model import loads_strict
-from lockstep.core.errors import InterfaceError
-from lockstep.core.report import Observation
 from lockstep.operator.config import OperatorConfig
 from lockstep.operator.kube import KubeApiError, KubeClient
 from lockstep.operator.metrics import Metrics
 from lockstep.operator.reconciler import Reconciler
+
+from lockstep.core.errors import InterfaceError
+from lockstep.core.model import loads_strict
+from lockstep.core.report import Observation
 
 __all__ = ["AUDIENCE", "Identity", "ReportRejected", "ReportServer", "TokenReviewer"]
 
@@ -35,6 +35,7 @@ POD_NAME_CLAIM = "authentication.kubernetes.io/pod-name"
 POD_UID_CLAIM = "authentication.kubernetes.io/pod-uid"
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 TOKEN_CACHE_SIZE = 50_000
+PRUNE_AT = 10_000
 
 
 class ReportRejected(Exception):
@@ -103,10 +104,13 @@ class RateLimiter:
     def __init__(self, rate: float, burst: int) -> None:
         self._rate, self._burst = rate, float(burst)
         self._buckets: dict[str, tuple[float, float]] = {}
+        self._next_prune = PRUNE_AT
 
     def admit(self, key: str) -> float:
         """0 when admitted, else the seconds to wait."""
         now = time.monotonic()
+        if len(self._buckets) > self._next_prune:
+            self._prune(now)
         tokens, last = self._buckets.get(key, (self._burst, now))
         tokens = min(self._burst, tokens + (now - last) * self._rate)
         if tokens >= 1.0:
@@ -115,8 +119,12 @@ class RateLimiter:
         self._buckets[key] = (tokens, now)
         return (1.0 - tokens) / self._rate if self._rate > 0 else 60.0
 
-    def forget(self, key: str) -> None:
-        self._buckets.pop(key, None)
+    def _prune(self, now: float) -> None:
+        """Drop the buckets that have refilled (pods gone or quiet): they would start full anyway."""
+        refill = self._burst / self._rate if self._rate > 0 else 0.0
+        self._buckets = {key: (tokens, last) for key, (tokens, last) in self._buckets.items()
+                         if now - last < refill}
+        self._next_prune = max(PRUNE_AT, 2 * len(self._buckets))
 
 
 class ReportServer:
@@ -181,8 +189,10 @@ class ReportServer:
             outcome = "accepted"
             return web.json_response({"verdict": verdict}, status=202)
         except NotServing:
-            return web.json_response({"reason": "NotServing", "message": "this replica does not serve reports now"},
-                                     status=503, headers={"Retry-After": "1"})
+            response = web.json_response({"reason": "NotServing", "message": "this replica does not serve reports now"},
+                                         status=503, headers={"Retry-After": "1"})
+            response.force_close()  # the retry opens a new connection, which the Service may send to the leader
+            return response
         except ReportRejected as rejection:
             self.metrics.reports_rejected.labels(rejection.reason).inc()
             headers = {"Retry-After": str(max(1, round(rejection.retry_after)))} if rejection.retry_after else None

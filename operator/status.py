@@ -36,6 +36,8 @@ __all__ = ["PodTrack", "ResourceMemory", "build_status", "now_iso"]
 
 OBSERVED_LIMIT = 20
 PODS_LISTED = 100
+#: Definitions kept in status, in all, as a multiple of the per-revision limit.
+DEFINITIONS_BUDGET = 4
 READY_STATES = (PodState.VERIFIED, PodState.AUDIT)
 
 
@@ -66,6 +68,7 @@ class ResourceMemory:
     first_seen: dict[str, str] = field(default_factory=dict)
     trusted: dict[str, Any] | None = None
     last_verification: str | None = None
+    definitions_size: dict[str, int] = field(default_factory=dict)
 
 
 def build_status(policy: Policy, pods: Sequence[tuple[PodRecord, PodTrack | None]], memory: ResourceMemory,
@@ -128,6 +131,7 @@ def _observed(pods: Sequence[tuple[PodRecord, PodTrack | None]], memory: Resourc
         if track and track.verdict and track.verdict.revision is not None:
             groups.setdefault(track.verdict.revision.aggregate, []).append((pod, track.verdict))
     entries = []
+    budget = definitions_limit * DEFINITIONS_BUDGET  # keeps the whole status far below etcd's 1.5 MiB
     for digest, members in sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))[:OBSERVED_LIMIT]:
         verdict = members[0][1]
         assert verdict.revision is not None
@@ -144,18 +148,22 @@ def _observed(pods: Sequence[tuple[PodRecord, PodTrack | None]], memory: Resourc
         if not approved:
             entry["closestApproved"] = verdict.closest
             entry["findings"] = list(verdict.findings)
-            definitions = _small_definitions(verdict.revision, definitions_limit)
-            if definitions is not None:
-                entry["definitions"] = definitions
+            size = _definitions_size(verdict.revision, memory)
+            if verdict.revision.interface is not None and size <= min(definitions_limit, budget):
+                entry["definitions"] = verdict.revision.interface.to_document()
+                budget -= size
         entries.append(entry)
     return entries
 
 
-def _small_definitions(revision: Revision, limit: int) -> dict[str, Any] | None:
-    if revision.interface is None:
-        return None
-    document = revision.interface.to_document()
-    return document if len(json.dumps(document, separators=(",", ":"))) <= limit else None
+def _definitions_size(revision: Revision, memory: ResourceMemory) -> int:
+    """Bytes of the revision's definitions as JSON (remembered per digest: status is built often)."""
+    size = memory.definitions_size.get(revision.aggregate)
+    if size is None:
+        document = revision.interface.to_document() if revision.interface is not None else None
+        size = len(json.dumps(document, separators=(",", ":"))) if document is not None else 1 << 62
+        memory.definitions_size[revision.aggregate] = size
+    return size
 
 
 def _conditions(policy: Policy, phase: str, counts: Counter[PodState], total: int,

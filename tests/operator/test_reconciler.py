@@ -77,3 +77,16 @@ async def test_a_late_watch_event_neither_rewrites_nor_hides_a_change() -> None:
     assert api.writes == ["Verified", "InterfaceChanged", "Verified"]  # and a flip back is written
     assert [c["type"] for c in api.pod["status"]["conditions"]] == ["Ready", "lockstep.dev/interface-verified"]
     assert isinstance(PodRecord.from_body(api.pod).lockstep_condition, dict)
+
+
+async def test_a_pod_whose_resource_is_deleted_is_no_longer_verified() -> None:
+    api = RecordingApi()
+    reconciler = Reconciler(OperatorConfig(), api, Metrics(), SilentEvents())  # type: ignore[arg-type]
+    reconciler.synced.set()
+    await reconciler.on_resource("ADDED", RESOURCE)
+    await reconciler.on_pod("ADDED", POD)
+    await reconciler.accept(reconciler.cache.pod("ns", "p1"), _report(GOOD))  # type: ignore[arg-type]
+    await reconciler.on_resource("DELETED", RESOURCE)
+    assert api.writes == ["Verified", "NotApproved"]
+    condition = PodRecord.from_body(api.pod).lockstep_condition
+    assert condition is not None and condition["message"] == "no MCPServerInterface selects this pod any more"
