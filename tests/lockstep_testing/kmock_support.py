@@ -70,7 +70,7 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
       which every report needs, are answered here by ``token_reviews`` instead, without a reaction.
       The emulator's own CRUD is built from reactions too: with ``history=False`` (benchmarks) each
       request is forgotten once served, so that the walk covers only the requests in flight; the
-      ``pod_status_writes`` counter then stands in for the request assertions.
+      ``pod_status_writes`` counter (the operator's writes) then stands in for the request assertions.
     * kmock finds the object of every GET/PATCH/DELETE by scanning all stored objects (O(objects) per
       request: 20 ms per request at 10,000 pods). A request that names one object is looked up by
       its key here instead; any other request takes kmock's scan.
@@ -84,7 +84,7 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
 
     async def _handle(self, request: kmock.Request) -> Any:
         if request.method == kmock.method.PATCH and request.url.path.endswith("/status") \
-                and "/pods/" in request.url.path:
+                and "/pods/" in request.url.path and request.headers.get("User-Agent") == "lockstep-operator":
             self.pod_status_writes += 1
         try:
             return await self._serve(request)
