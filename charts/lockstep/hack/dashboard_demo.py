@@ -78,6 +78,23 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+#: The chart's alerts, with the isolation and staleness thresholds cut to one minute for a short run.
+ALERT_VALUES = {"metrics": {"prometheusRule": {"enabled": True, "isolatedForMinutes": 1, "staleForMinutes": 1}}}
+
+
+def alert_rules(folder: Path) -> Path:
+    """The PrometheusRule the chart renders, as a Prometheus rule file."""
+    import yaml
+    from helm_python.chart import Chart
+
+    with Chart.load(HERE.parent) as chart:
+        rendered = chart.render(values=ALERT_VALUES, name="lockstep", namespace="lockstep-system")
+    rule = yaml.safe_load(rendered["lockstep/templates/prometheusrule.yaml"])
+    path = folder / "lockstep.rules.yaml"
+    path.write_text(yaml.safe_dump(rule["spec"]))
+    return path
+
+
 @contextlib.contextmanager
 def prometheus(target_port: int, folder: Path) -> Any:
     binary = shutil.which("prometheus")
@@ -87,9 +104,12 @@ def prometheus(target_port: int, folder: Path) -> Any:
     config = folder / "prometheus.yml"
     config.write_text(json.dumps({
         "global": {"scrape_interval": f"{SCRAPE_SECONDS}s", "evaluation_interval": f"{SCRAPE_SECONDS}s"},
-        # honor_labels, as the chart's ServiceMonitor: the metrics' own namespace label is kept.
+        "rule_files": [str(alert_rules(folder))],
+        # honor_labels, as the chart's ServiceMonitor: the metrics' own namespace label is kept; the
+        # target's labels are those the ServiceMonitor gives (job from app.kubernetes.io/name).
         "scrape_configs": [{"job_name": "lockstep", "honor_labels": True,
-                            "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}]}],
+                            "static_configs": [{"targets": [f"127.0.0.1:{target_port}"],
+                                                "labels": {"namespace": "lockstep-system"}}]}],
     }))
     with open(folder / "prometheus.log", "w") as log:
         process = subprocess.Popen(
@@ -220,11 +240,15 @@ async def test_record_a_rug_pull_for_the_dashboard(kmock: Emulator, tmp_path: Pa
                 data = api(base, "/api/v1/query_range", query=query["expr"], start=query["start"],
                            end=query["end"], step=SCRAPE_SECONDS)
             results.append({**query, "result": data["result"]})
+        alerts = api(base, "/api/v1/query_range", query='ALERTS{alertstate="firing"}', start=started_wall - 10,
+                     end=end_wall, step=SCRAPE_SECONDS)["result"]
+        fired = [{"labels": series["metric"], "first": float(series["values"][0][0]) - started_wall,
+                  "last": float(series["values"][-1][0]) - started_wall} for series in alerts]
         OUTPUT.parent.mkdir(parents=True, exist_ok=True)
         OUTPUT.write_text(json.dumps({
             "started": started_wall, "timeline": TIMELINE, "scrape_seconds": SCRAPE_SECONDS,
-            "rate_interval": RATE_INTERVAL, "prometheus": _version(),
-            "queries": results}, indent=1) + "\n")
+            "rate_interval": RATE_INTERVAL, "prometheus": _version(), "alert_values": ALERT_VALUES,
+            "alerts_fired": fired, "queries": results}, indent=1) + "\n")
         assert any(r["result"] for r in results if r["panel"] == "Drift over time, per namespace and server")
 
 
