@@ -72,6 +72,10 @@ async def test_drift_isolates_and_approval_restores(kmock: Emulator, tokens: Tok
         kept = {tool["name"]: tool for tool in drifted["definitions"]["tools"]}  # kept for review
         assert kept["get_alerts"]["description"] == POISON
         await wait_for(lambda: events_of(kmock, "Pod", "p1") == ["Verified", "InterfaceChanged"])
+        metrics = await metrics_text(operator)
+        assert ('lockstep_drift_findings{change="changed",component_kind="tool",interface="weather",'
+                'namespace="agents",severity="high"} 1.0') in metrics
+        assert 'lockstep_pods{interface="weather",namespace="agents",state="drifted"} 2.0' in metrics
 
         # Approving the new revision (a merged PR) re-judges every pod at once, with no new report.
         new_approved = make_resource([TOOLS and {"instructions": "Weather tools.", "tools": TOOLS},
@@ -98,6 +102,8 @@ async def test_drift_isolates_and_approval_restores(kmock: Emulator, tokens: Tok
 
     metrics = await metrics_text(operator)
     assert 'lockstep_pods{interface="weather",namespace="agents",state="verified"} 2.0' in metrics
+    assert "lockstep_drift_findings{" not in metrics  # the drifted revision is approved now
+    assert 'lockstep_last_verification_timestamp_seconds{interface="weather",namespace="agents"}' in metrics
     assert 'lockstep_verifications_total{interface="weather",namespace="agents",result="InterfaceChanged"} 2.0' \
         in metrics
     assert 'lockstep_report_duration_seconds_count{outcome="accepted"} 4.0' in metrics
