@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from helm_python.chart import Chart
-from lockstep_testing.chart_render import CHART_DIR, NAMESPACE, RELEASE, Manifest, documents
-
-Render = Callable[..., list[Manifest]]
+from lockstep_testing.chart_render import CHART_DIR, NAMESPACE, RELEASE, Manifest, Render, documents
 
 
 @pytest.fixture(scope="session")

@@ -11,22 +11,23 @@ from typing import Any
 
 import pytest
 import yaml
-from lockstep_testing.chart_render import ALL_ON, REPO, one
+from lockstep_testing.chart_render import ALL_ON, REPO, Render, one
 from lockstep_testing.promql_names import check_expression, code_metrics
 
 RUNBOOK = REPO / "docs" / "alerts.md"
-PROMTOOL = shutil.which("promtool")
-needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (apt-get install prometheus)")
+PROMTOOL = shutil.which("promtool") or "promtool"
+needs_promtool = pytest.mark.skipif(shutil.which("promtool") is None,
+                                    reason="promtool not installed (apt-get install prometheus)")
 
 
 @pytest.fixture(scope="module")
-def rules(render) -> list[dict[str, Any]]:
+def rules(render: Render) -> list[dict[str, Any]]:
     rule = one(render(ALL_ON), "PrometheusRule")
     return [r for group in rule["spec"]["groups"] for r in group["rules"]]
 
 
 @pytest.fixture(scope="module")
-def rule_file(render, tmp_path_factory) -> Path:
+def rule_file(render: Render, tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("rules") / "lockstep.rules.yaml"
     path.write_text(yaml.safe_dump(one(render(ALL_ON), "PrometheusRule")["spec"]))
     return path
@@ -37,7 +38,7 @@ def runbook_anchors() -> set[str]:
             for line in RUNBOOK.read_text().splitlines() if line.startswith("## ")}
 
 
-def test_every_alert_is_complete_and_links_to_its_runbook_section(rules) -> None:
+def test_every_alert_is_complete_and_links_to_its_runbook_section(rules: list[dict[str, Any]]) -> None:
     anchors = runbook_anchors()
     assert len(rules) == 6
     for rule in rules:
@@ -51,12 +52,12 @@ def test_every_alert_is_complete_and_links_to_its_runbook_section(rules) -> None
         assert name.lower() in anchors, f"docs/alerts.md has no section {name}"
 
 
-def test_alert_expressions_use_only_metrics_the_code_exports(rules) -> None:
+def test_alert_expressions_use_only_metrics_the_code_exports(rules: list[dict[str, Any]]) -> None:
     problems = [p for rule in rules for p in check_expression(rule["expr"], code_metrics())]
     assert not problems, problems
 
 
-def test_thresholds_come_from_values(render) -> None:
+def test_thresholds_come_from_values(render: Render) -> None:
     values = {**ALL_ON, "metrics": {**ALL_ON["metrics"], "prometheusRule": {
         "enabled": True, "isolatedForMinutes": 3, "webhookErrorRatio": 0.5}}}
     rules = {r["alert"]: r for g in one(render(values), "PrometheusRule")["spec"]["groups"] for r in g["rules"]}
@@ -82,7 +83,7 @@ def _expected(rule: dict[str, Any], labels: dict[str, str], value: str) -> dict[
 
 
 @needs_promtool
-def test_alerts_fire_on_drift_isolation_staleness_refusals_and_outage_and_not_before(rules, rule_file, tmp_path) -> None:
+def test_alerts_fire_on_drift_isolation_staleness_refusals_and_outage_and_not_before(rules: list[dict[str, Any]], rule_file: Path, tmp_path: Path) -> None:
     by_name = {r["alert"]: r for r in rules}
     weather = {"namespace": "agents", "interface": "weather"}
     finding = 'component_kind="tool", change="changed", severity="high"'
@@ -135,7 +136,7 @@ def test_alerts_fire_on_drift_isolation_staleness_refusals_and_outage_and_not_be
 
 
 @needs_promtool
-def test_promtool_notices_an_alert_that_does_not_fire(rules, rule_file, tmp_path) -> None:
+def test_promtool_notices_an_alert_that_does_not_fire(rules: list[dict[str, Any]], rule_file: Path, tmp_path: Path) -> None:
     """The harness itself can fail: expecting a drift alert on clean series is an error."""
     rule = next(r for r in rules if r["alert"] == "LockstepInterfaceDrifted")
     tests = {"rule_files": [str(rule_file)], "evaluation_interval": "1m", "tests": [{

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import yaml
+from helm_python.chart import Chart
 from lockstep_testing.chart_render import CHART_DIR, REPO
 
 
@@ -17,7 +18,7 @@ def test_every_root_crd_is_in_the_chart() -> None:
     assert root_names <= {p.name for p in (CHART_DIR / "crds").glob("*.yaml")}
 
 
-def test_the_chart_loads_every_crd(chart) -> None:
+def test_the_chart_loads_every_crd(chart: Chart) -> None:
     names = {doc["metadata"]["name"] for crd in chart.crds for doc in yaml.safe_load_all(crd["data"]) if doc}
     assert {"mcpserverinterfaces.lockstep.dev", "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"} <= names
 
@@ -32,7 +33,7 @@ def test_peering_crds_keep_status_writable_by_kopf() -> None:
         assert status["x-kubernetes-preserve-unknown-fields"] is True
 
 
-def test_the_packaged_chart_leaves_out_the_generators(chart) -> None:
+def test_the_packaged_chart_leaves_out_the_generators(chart: Chart) -> None:
     names = {f["name"] for f in chart.files} | {t["name"] for t in chart.templates}
     assert "dashboards/lockstep.json" in names
     assert not {name for name in names if name.startswith("hack/") or "__pycache__" in name}

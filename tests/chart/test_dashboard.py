@@ -8,11 +8,12 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from lockstep_testing.chart_render import ALL_ON, CHART_DIR, one
+from lockstep_testing.chart_render import ALL_ON, CHART_DIR, Render, one
 from lockstep_testing.promql_names import RegisteredMetric, check_expression, code_metrics
 
 DASHBOARD_PATH = CHART_DIR / "dashboards" / "lockstep.json"
@@ -36,12 +37,12 @@ def expressions(dashboard: dict[str, Any]) -> list[str]:
     return exprs
 
 
-def test_every_query_uses_metrics_labels_and_values_the_code_exports(dashboard, registered) -> None:
+def test_every_query_uses_metrics_labels_and_values_the_code_exports(dashboard: dict[str, Any], registered: dict[str, RegisteredMetric]) -> None:
     problems = [p for expr in expressions(dashboard) for p in check_expression(expr, registered)]
     assert not problems, problems
 
 
-def test_the_cross_check_catches_a_renamed_metric_and_label(registered) -> None:
+def test_the_cross_check_catches_a_renamed_metric_and_label(registered: dict[str, RegisteredMetric]) -> None:
     assert check_expression("sum(lockstep_pod{state='x'})", registered) == [
         "lockstep_pod is not registered by the code"]
     expr = 'sum by (tool) (lockstep_pods{state="drift"})'
@@ -49,13 +50,13 @@ def test_the_cross_check_catches_a_renamed_metric_and_label(registered) -> None:
         "lockstep_pods{state} never takes ['drift']", f"grouping by unknown label tool in {expr!r}"]
 
 
-def test_datasource_is_the_first_variable_then_namespace(dashboard) -> None:
+def test_datasource_is_the_first_variable_then_namespace(dashboard: dict[str, Any]) -> None:
     names = [v["name"] for v in dashboard["templating"]["list"]]
     assert names[:2] == ["datasource", "namespace"]
     assert dashboard["uid"] == "lockstep-overview"
 
 
-def test_every_panel_has_a_unit_a_description_and_uses_the_datasource_variable(dashboard) -> None:
+def test_every_panel_has_a_unit_a_description_and_uses_the_datasource_variable(dashboard: dict[str, Any]) -> None:
     for panel in dashboard["panels"]:
         assert panel["fieldConfig"]["defaults"].get("unit"), panel["title"]
         assert len(panel.get("description", "")) > 40, panel["title"]
@@ -63,7 +64,7 @@ def test_every_panel_has_a_unit_a_description_and_uses_the_datasource_variable(d
         assert all(t["datasource"]["uid"] == "${datasource}" for t in panel["targets"]), panel["title"]
 
 
-def test_the_panels_answer_the_questions_the_issue_asks(dashboard) -> None:
+def test_the_panels_answer_the_questions_the_issue_asks(dashboard: dict[str, Any]) -> None:
     titles = {p["title"] for p in dashboard["panels"]}
     assert {"Drift over time, per namespace and server", "Isolated pods",
             "Drift findings by component kind, change and severity", "Verification latency",
@@ -74,7 +75,7 @@ def test_the_panels_answer_the_questions_the_issue_asks(dashboard) -> None:
     assert all("histogram_quantile" in t["expr"] for t in latency["targets"])
 
 
-def test_panels_do_not_overlap(dashboard) -> None:
+def test_panels_do_not_overlap(dashboard: dict[str, Any]) -> None:
     cells: set[tuple[int, int]] = set()
     for panel in dashboard["panels"]:
         grid = panel["gridPos"]
@@ -90,14 +91,14 @@ def test_the_json_is_what_the_generator_writes() -> None:
     assert result.returncode == 0, result.stderr
 
 
-def test_the_chart_ships_the_dashboard_in_a_labelled_configmap(render, dashboard) -> None:
+def test_the_chart_ships_the_dashboard_in_a_labelled_configmap(render: Render, dashboard: dict[str, Any]) -> None:
     configmap = one(render(ALL_ON), "ConfigMap", "demo-lockstep-dashboard")
     assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(configmap["data"]["lockstep.json"]) == dashboard
 
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (apt-get install prometheus)")
-def test_every_query_is_valid_promql(dashboard, tmp_path) -> None:
+def test_every_query_is_valid_promql(dashboard: dict[str, Any], tmp_path: Path) -> None:
     """promtool parses each panel query (Grafana's variables filled in) as a recording rule."""
     rules = [{"record": f"lockstep:panel_{panel['id']}_{target['refId'].lower()}",
               "expr": target["expr"].replace("$__rate_interval", "1m").replace("$namespace", ".*")

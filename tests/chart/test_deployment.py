@@ -7,7 +7,8 @@ from typing import Any
 
 import click
 import pytest
-from lockstep_testing.chart_render import ALL_ON, NAMESPACE, NAMESPACED, one
+from helm_python.chart import Chart
+from lockstep_testing.chart_render import ALL_ON, NAMESPACE, NAMESPACED, Render, one
 
 from lockstep.cli import cli
 
@@ -32,14 +33,14 @@ def parse_operator_args(args: list[str]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("values", SCENARIOS.values(), ids=SCENARIOS.keys())
-def test_the_operator_command_accepts_the_charts_arguments(render, values: dict[str, Any]) -> None:
+def test_the_operator_command_accepts_the_charts_arguments(render: Render, values: dict[str, Any]) -> None:
     params = parse_operator_args(operator_container(render(values))["args"])
     assert params["tls_cert"] and params["tls_key"] and params["operator_ca_path"]
     assert params["own_namespace"] == NAMESPACE
     assert params["report_url"] == f"https://demo-lockstep-reports.{NAMESPACE}.svc:8443"
 
 
-def test_arguments_carry_the_values(render) -> None:
+def test_arguments_carry_the_values(render: Render) -> None:
     params = parse_operator_args(operator_container(render(NAMESPACED))["args"])
     assert params["namespaces"] == ("agents", "tools")
     assert params["peering_name"] == "demo-lockstep"
@@ -50,7 +51,7 @@ def test_arguments_carry_the_values(render) -> None:
     assert debug["verbose"] is True and debug["peering_name"] is None
 
 
-def test_a_pinned_digest_reaches_operator_and_sidecar_images(render) -> None:
+def test_a_pinned_digest_reaches_operator_and_sidecar_images(render: Render) -> None:
     container = operator_container(render(ALL_ON))
     digest = ALL_ON["image"]["digest"]
     assert container["image"] == f"ghcr.io/lockstep-dev/lockstep@{digest}"
@@ -63,7 +64,7 @@ def test_an_unknown_flag_is_refused_by_the_parser() -> None:
         parse_operator_args(["operator", "--log-level=info"])
 
 
-def test_tls_files_named_in_arguments_come_from_the_tls_secret(render) -> None:
+def test_tls_files_named_in_arguments_come_from_the_tls_secret(render: Render) -> None:
     objects = render()
     pod = one(objects, "Deployment")["spec"]["template"]["spec"]
     container = operator_container(objects)
@@ -76,7 +77,7 @@ def test_tls_files_named_in_arguments_come_from_the_tls_secret(render) -> None:
         assert directory == mount["mountPath"] and key in secret["data"], path
 
 
-def test_the_pod_meets_the_restricted_pod_security_standard(render) -> None:
+def test_the_pod_meets_the_restricted_pod_security_standard(render: Render) -> None:
     objects = render(ALL_ON)
     pod = one(objects, "Deployment")["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
@@ -90,7 +91,7 @@ def test_the_pod_meets_the_restricted_pod_security_standard(render) -> None:
     assert not pod.get("hostNetwork") and not pod.get("hostPID")
 
 
-def test_probes_use_kopfs_health_endpoint_so_the_standby_is_ready_too(render) -> None:
+def test_probes_use_kopfs_health_endpoint_so_the_standby_is_ready_too(render: Render) -> None:
     """A leader-only readiness would leave the standby unready for good: rolling updates (maxUnavailable
     0 with two replicas), `helm --wait` and `kubectl rollout status` would never finish."""
     container = operator_container(render())
@@ -100,7 +101,7 @@ def test_probes_use_kopfs_health_endpoint_so_the_standby_is_ready_too(render) ->
     assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
 
 
-def test_a_disruption_budget_keeps_one_replica_through_drains(render) -> None:
+def test_a_disruption_budget_keeps_one_replica_through_drains(render: Render) -> None:
     objects = render()
     budget = one(objects, "PodDisruptionBudget")
     assert budget["spec"]["minAvailable"] == 1
@@ -109,7 +110,7 @@ def test_a_disruption_budget_keeps_one_replica_through_drains(render) -> None:
     assert not [o for o in single if o["kind"] == "PodDisruptionBudget"]
 
 
-def test_two_replicas_spread_over_nodes_and_zones_with_peering(render) -> None:
+def test_two_replicas_spread_over_nodes_and_zones_with_peering(render: Render) -> None:
     objects = render()
     deployment = one(objects, "Deployment")
     assert deployment["spec"]["replicas"] == 2
@@ -123,7 +124,7 @@ def test_two_replicas_spread_over_nodes_and_zones_with_peering(render) -> None:
     assert parse_operator_args(operator_container(objects)["args"])["peering_name"] == peering["metadata"]["name"]
 
 
-def test_services_route_to_the_operator_ports(render) -> None:
+def test_services_route_to_the_operator_ports(render: Render) -> None:
     objects = render()
     selector = one(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
     expected = {"demo-lockstep-webhook": (443, "webhooks"), "demo-lockstep-reports": (8443, "reports"),
@@ -134,14 +135,14 @@ def test_services_route_to_the_operator_ports(render) -> None:
         assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(port, target)]
 
 
-def test_sidecar_resources_reach_the_operator_as_json(chart, render) -> None:
+def test_sidecar_resources_reach_the_operator_as_json(chart: Chart, render: Render) -> None:
     values = {"sidecar": {"resources": {"requests": {"cpu": "5m"}}}}
     params = parse_operator_args(operator_container(render(values))["args"])
     assert params["sidecar_resources"]["requests"]["cpu"] == "5m"
     assert params["sidecar_resources"] == chart.merge_values(values)["sidecar"]["resources"]
 
 
-def test_the_helm_test_pod_checks_the_report_url_the_sidecars_get_with_their_ca(render) -> None:
+def test_the_helm_test_pod_checks_the_report_url_the_sidecars_get_with_their_ca(render: Render) -> None:
     objects = render()
     test_pod = one(objects, "Pod", "demo-lockstep-test-reports")
     assert test_pod["metadata"]["annotations"]["helm.sh/hook"] == "test"

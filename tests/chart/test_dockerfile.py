@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from lockstep.operator.injection import NONROOT_ID
-from lockstep_testing.chart_render import REPO
+from lockstep_testing.chart_render import REPO, Render
 
 DOCKERFILE = REPO / "Dockerfile"
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
@@ -86,7 +86,7 @@ def test_the_final_stage_installs_only_the_wheel_and_no_build_tools(stages: list
     assert "apt-get install" not in runs and not BUILD_TOOLS.search(runs)
 
 
-def test_the_final_stage_runs_as_the_numeric_non_root_user_the_sidecar_and_chart_expect(stages, render) -> None:
+def test_the_final_stage_runs_as_the_numeric_non_root_user_the_sidecar_and_chart_expect(stages: list[Stage], render: Render) -> None:
     users = stages[-1].all("USER")
     assert users, "no USER in the final stage"
     uid, _, gid = users[-1].partition(":")
@@ -132,7 +132,7 @@ def build_context(tmp_path: Path) -> Path:
     return context
 
 
-def test_the_build_context_holds_what_the_copies_need_and_no_tests(tmp_path: Path, stages) -> None:
+def test_the_build_context_holds_what_the_copies_need_and_no_tests(tmp_path: Path, stages: list[Stage]) -> None:
     context = build_context(tmp_path)
     for copy in stages[0].all("COPY"):
         *sources, _ = copy.split()

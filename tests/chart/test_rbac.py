@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from lockstep_testing.api_calls import ApiCall, calls_in_source
-from lockstep_testing.chart_render import NAMESPACE, NAMESPACED, REPO, find, one
+from lockstep_testing.chart_render import NAMESPACE, NAMESPACED, REPO, Render, find, one
 
 OPERATOR_SOURCES = sorted((REPO / "operator").glob("*.py"))
 
@@ -35,7 +35,7 @@ def test_the_scan_finds_the_operators_calls(code_calls: set[ApiCall]) -> None:
             ApiCall("lockstep.dev", "mcpserverinterfaces", "watch")} <= code_calls
 
 
-def test_cluster_wide_rbac_is_exactly_what_the_code_calls(render, code_calls: set[ApiCall]) -> None:
+def test_cluster_wide_rbac_is_exactly_what_the_code_calls(render: Render, code_calls: set[ApiCall]) -> None:
     objects = render()
     expected = {c for c in code_calls if c.resource != "kopfpeerings"} | KOPF_SCANNING \
         | kopf_peering("clusterkopfpeerings")
@@ -46,7 +46,7 @@ def test_cluster_wide_rbac_is_exactly_what_the_code_calls(render, code_calls: se
     assert not find(objects, "Role") and not find(objects, "RoleBinding")
 
 
-def test_namespaced_rbac_binds_namespaced_rules_only_in_the_watched_namespaces(render, code_calls) -> None:
+def test_namespaced_rbac_binds_namespaced_rules_only_in_the_watched_namespaces(render: Render, code_calls: set[ApiCall]) -> None:
     objects = render(NAMESPACED)
     cluster_role = one(objects, "ClusterRole", "demo-lockstep-operator-cluster")
     namespaced_role = one(objects, "ClusterRole", "demo-lockstep-operator")
@@ -60,19 +60,19 @@ def test_namespaced_rbac_binds_namespaced_rules_only_in_the_watched_namespaces(r
     assert {p["metadata"]["namespace"] for p in find(objects, "KopfPeering")} == {"agents", "tools"}
 
 
-def test_without_peering_no_peering_rights_or_objects(render, code_calls) -> None:
+def test_without_peering_no_peering_rights_or_objects(render: Render, code_calls: set[ApiCall]) -> None:
     objects = render({"operator": {"replicaCount": 1, "peering": {"enabled": False}}})
     rights = granted([rule for role in find(objects, "ClusterRole") for rule in role["rules"]])
     assert not {c for c in rights if c.group == "kopf.dev"}
     assert not find(objects, "ClusterKopfPeering")
 
 
-def test_the_operator_never_reads_secrets(render) -> None:
+def test_the_operator_never_reads_secrets(render: Render) -> None:
     rights = granted([rule for role in find(render(), "ClusterRole") for rule in role["rules"]])
     assert not {c for c in rights if c.resource == "secrets"}
 
 
-def test_bindings_name_the_operators_service_account(render) -> None:
+def test_bindings_name_the_operators_service_account(render: Render) -> None:
     objects = render()
     account = one(objects, "ServiceAccount")["metadata"]["name"]
     deployment = one(objects, "Deployment")

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from helm_python.chart import lint
-from lockstep_testing.chart_render import ALL_ON, CHART_DIR, NAMESPACE, NAMESPACED, find, one
+from helm_python.chart import Chart, lint
+from lockstep_testing.chart_render import ALL_ON, CHART_DIR, NAMESPACE, NAMESPACED, Render, find, one
 from lockstep_testing.k8s_schemas import KUBERNETES_VERSIONS, SchemaViolation, crd_schemas, validate_object
 
 CRDS = crd_schemas(sorted((CHART_DIR / "crds").glob("*.yaml")))
@@ -22,12 +22,12 @@ def test_lint_reports_no_warning_or_error(values: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("kubernetes_version", KUBERNETES_VERSIONS)
 @pytest.mark.parametrize("values", SCENARIOS.values(), ids=SCENARIOS.keys())
-def test_every_rendered_object_matches_its_schema(render, values: dict[str, Any], kubernetes_version: str) -> None:
+def test_every_rendered_object_matches_its_schema(render: Render, values: dict[str, Any], kubernetes_version: str) -> None:
     used = {validate_object(obj, CRDS, kubernetes_version) for obj in render(values)}
     assert "kubernetes" in used
 
 
-def test_all_toggles_render_their_objects(render) -> None:
+def test_all_toggles_render_their_objects(render: Render) -> None:
     objects = render(ALL_ON)
     kinds = {o["kind"] for o in objects}
     assert {"ServiceMonitor", "PodMonitor", "PrometheusRule", "Certificate", "Issuer", "ConfigMap",
@@ -37,27 +37,27 @@ def test_all_toggles_render_their_objects(render) -> None:
     assert validated == {"kubernetes", "crd", "vendored"}
 
 
-def test_defaults_create_no_optional_monitoring_objects(render) -> None:
+def test_defaults_create_no_optional_monitoring_objects(render: Render) -> None:
     kinds = {o["kind"] for o in render()}
     assert not kinds & {"ServiceMonitor", "PodMonitor", "PrometheusRule", "Certificate", "Issuer"}
     assert "ConfigMap" not in kinds
 
 
-def test_a_misspelt_field_fails_validation(render) -> None:
+def test_a_misspelt_field_fails_validation(render: Render) -> None:
     service = one(render(), "Service", "demo-lockstep-webhook")
     service["spec"]["portz"] = service["spec"].pop("ports")
     with pytest.raises(SchemaViolation, match="portz"):
         validate_object(service, CRDS)
 
 
-def test_a_misspelt_custom_resource_field_fails_validation(render) -> None:
+def test_a_misspelt_custom_resource_field_fails_validation(render: Render) -> None:
     monitor = one(render(ALL_ON), "ServiceMonitor")
     monitor["spec"]["endpoints"][0]["intervall"] = "30s"
     with pytest.raises(SchemaViolation, match="intervall"):
         validate_object(monitor, CRDS)
 
 
-def test_the_pod_monitor_scrapes_the_port_the_webhook_gives_the_sidecar(render) -> None:
+def test_the_pod_monitor_scrapes_the_port_the_webhook_gives_the_sidecar(render: Render) -> None:
     from lockstep.operator.injection import DEFAULT_SIDECAR_PORT, Binding, SidecarSettings, plan_injection
 
     monitor = one(render(ALL_ON), "PodMonitor")
@@ -69,7 +69,7 @@ def test_the_pod_monitor_scrapes_the_port_the_webhook_gives_the_sidecar(render) 
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
 
 
-def test_a_long_release_name_keeps_every_name_within_kubernetes_limits(chart) -> None:
+def test_a_long_release_name_keeps_every_name_within_kubernetes_limits(chart: Chart) -> None:
     from lockstep_testing.chart_render import documents
 
     release = "a-very-long-release-name-for-the-lockstep-operator-x"  # 53 characters, Helm's maximum
@@ -82,7 +82,7 @@ def test_a_long_release_name_keeps_every_name_within_kubernetes_limits(chart) ->
         validate_object(obj, CRDS)
 
 
-def test_notes_tell_how_to_pin_a_first_server(chart) -> None:
+def test_notes_tell_how_to_pin_a_first_server(chart: Chart) -> None:
     notes = chart.render(values={}, name="demo", namespace=NAMESPACE, is_install=True)["lockstep/templates/NOTES.txt"]
     assert "kubectl label namespace <namespace> lockstep.dev/inject=enabled" in notes
     assert "lockstep snapshot http://<server>:<port>/mcp --name <name> -n <namespace> | kubectl apply -f -" in notes

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 from helm_python import Config
-from lockstep_testing.chart_render import NAMESPACE, RELEASE, documents, one
+from helm_python.chart import Chart
+from lockstep_testing.chart_render import NAMESPACE, RELEASE, Render, documents, one
 
 SECRET = "demo-lockstep-tls"
 
@@ -30,7 +31,7 @@ def api(kmock: Any) -> Any:
     return kmock
 
 
-async def test_an_upgrade_reuses_the_secret_that_the_install_generated(chart, render, api) -> None:
+async def test_an_upgrade_reuses_the_secret_that_the_install_generated(chart: Chart, render: Render, api: Any) -> None:
     installed = one(render(), "Secret", SECRET)
     async with api.post(f"/api/v1/namespaces/{NAMESPACE}/secrets", json=installed) as answer:
         assert answer.status < 300, await answer.text()
@@ -44,14 +45,14 @@ async def test_an_upgrade_reuses_the_secret_that_the_install_generated(chart, re
     assert len(api["get", f"/api/v1/namespaces/{NAMESPACE}/secrets/elsewhere"]) == 0
 
 
-async def test_a_first_install_against_a_cluster_generates_a_new_ca(chart, render, api) -> None:
+async def test_a_first_install_against_a_cluster_generates_a_new_ca(chart: Chart, render: Render, api: Any) -> None:
     offline = one(render(), "Secret", SECRET)
     installed = one(await cluster_render(chart, api, is_install=True), "Secret", SECRET)
     assert installed["data"]["ca.crt"] != offline["data"]["ca.crt"]
     assert set(installed["data"]) == {"ca.crt", "tls.crt", "tls.key"}
 
 
-async def test_an_incomplete_secret_is_replaced_rather_than_reused(chart, render, api) -> None:
+async def test_an_incomplete_secret_is_replaced_rather_than_reused(chart: Chart, render: Render, api: Any) -> None:
     broken = one(render(), "Secret", SECRET)
     del broken["data"]["tls.key"]
     async with api.post(f"/api/v1/namespaces/{NAMESPACE}/secrets", json=broken) as answer:

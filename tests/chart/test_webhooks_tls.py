@@ -11,9 +11,10 @@ from typing import Any
 
 import pytest
 from cryptography import x509
-from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat, load_pem_private_key
 from lockstep.operator import validation, webhooks
-from lockstep_testing.chart_render import ALL_ON, CHART_DIR, NAMESPACE, NAMESPACED, REPO, find, one
+from lockstep_testing.chart_render import ALL_ON, CHART_DIR, NAMESPACE, NAMESPACED, REPO, Render, find, one
 
 SERVICE_NAMES = ("demo-lockstep-webhook", "demo-lockstep-reports")
 
@@ -31,8 +32,7 @@ def selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) ->
         expression_matches(e, labels) for e in selector.get("matchExpressions") or [])
 
 
-def webhooks_called(configuration: dict[str, Any], namespace: str, namespace_labels: dict[str, str],
-                    pod_labels: dict[str, str]) -> list[str]:
+def webhooks_called(configuration: dict[str, Any], namespace: str, namespace_labels: dict[str, str], pod_labels: dict[str, str]) -> list[str]:
     """Names of the webhooks the API server would call for a pod CREATE."""
     labels = {**namespace_labels, "kubernetes.io/metadata.name": namespace}
     return [hook["name"] for hook in configuration["webhooks"]
@@ -54,14 +54,13 @@ OPTED_OUT = {"lockstep.dev/inject": "disabled"}
     ("kube-system", OPTED_IN, OPTED_IN, False),
 ], ids=["namespace-opt-in", "pod-opt-out", "pod-opt-in", "neither", "pod-disabled", "own-namespace",
         "kube-system"])
-def test_exactly_one_webhook_injects_an_opted_in_pod(render, namespace, namespace_labels, pod_labels,
-                                                      injected) -> None:
+def test_exactly_one_webhook_injects_an_opted_in_pod(render: Render, namespace: str, namespace_labels: dict[str, str], pod_labels: dict[str, str], injected: bool) -> None:
     mutating = one(render(), "MutatingWebhookConfiguration")
     called = webhooks_called(mutating, namespace, namespace_labels, pod_labels)
     assert len(called) == (1 if injected else 0), called
 
 
-def test_watch_namespaces_limit_the_webhooks(render) -> None:
+def test_watch_namespaces_limit_the_webhooks(render: Render) -> None:
     objects = render(NAMESPACED)
     mutating = one(objects, "MutatingWebhookConfiguration")
     assert webhooks_called(mutating, "tools", OPTED_IN, {})
@@ -71,7 +70,7 @@ def test_watch_namespaces_limit_the_webhooks(render) -> None:
     assert not selector_matches(validating["namespaceSelector"], {"kubernetes.io/metadata.name": "other"})
 
 
-def test_webhook_paths_are_the_ones_kopf_serves_for_the_operators_handlers(render) -> None:
+def test_webhook_paths_are_the_ones_kopf_serves_for_the_operators_handlers(render: Render) -> None:
     objects = render()
     mutate_paths = {h["clientConfig"]["service"]["path"] for h in one(objects, "MutatingWebhookConfiguration")["webhooks"]}
     validate = one(objects, "ValidatingWebhookConfiguration")["webhooks"]
@@ -81,7 +80,7 @@ def test_webhook_paths_are_the_ones_kopf_serves_for_the_operators_handlers(rende
     assert (rules["apiGroups"], rules["resources"]) == ([validation.GROUP], [validation.PLURAL])
 
 
-def test_webhooks_fail_closed_without_side_effects_by_default(render) -> None:
+def test_webhooks_fail_closed_without_side_effects_by_default(render: Render) -> None:
     objects = render()
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
         for hook in one(objects, kind)["webhooks"]:
@@ -98,25 +97,30 @@ def _pem(secret: dict[str, Any], key: str) -> bytes:
     return base64.b64decode(secret["data"][key])
 
 
-def test_the_generated_certificate_chains_to_the_ca_and_covers_both_services(render) -> None:
+def test_the_generated_certificate_chains_to_the_ca_and_covers_both_services(render: Render) -> None:
     objects = render()
     secret = one(objects, "Secret", "demo-lockstep-tls")
     ca = x509.load_pem_x509_certificate(_pem(secret, "ca.crt"))
     cert = x509.load_pem_x509_certificate(_pem(secret, "tls.crt"))
-    ca.public_key().verify(cert.signature, cert.tbs_certificate_bytes, padding.PKCS1v15(),
-                           cert.signature_hash_algorithm)
+    cert.verify_directly_issued_by(ca)  # raises if the CA did not sign it
     names = set(cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
         x509.DNSName))
     for service in SERVICE_NAMES:
         assert {service, f"{service}.{NAMESPACE}", f"{service}.{NAMESPACE}.svc"} <= names
     assert cert.not_valid_after_utc - datetime.datetime.now(datetime.UTC) > datetime.timedelta(days=3000)
-    from cryptography.hazmat.primitives.serialization import load_pem_private_key
     key = load_pem_private_key(_pem(secret, "tls.key"), password=None)
-    assert isinstance(key, (rsa.RSAPrivateKey, ec.EllipticCurvePrivateKey))
-    assert key.public_key().public_numbers() == cert.public_key().public_numbers()
+    public = Encoding.PEM, PublicFormat.SubjectPublicKeyInfo
+    assert key.public_key().public_bytes(*public) == cert.public_key().public_bytes(*public)
 
 
-def test_webhooks_trust_the_same_ca_the_secret_holds(render) -> None:
+def test_the_chain_check_refuses_a_certificate_from_another_ca(render: Render) -> None:
+    first, second = one(render(), "Secret", "demo-lockstep-tls"), one(render(), "Secret", "demo-lockstep-tls")
+    cert = x509.load_pem_x509_certificate(_pem(first, "tls.crt"))
+    with pytest.raises((InvalidSignature, ValueError)):
+        cert.verify_directly_issued_by(x509.load_pem_x509_certificate(_pem(second, "ca.crt")))
+
+
+def test_webhooks_trust_the_same_ca_the_secret_holds(render: Render) -> None:
     objects = render()
     ca = one(objects, "Secret", "demo-lockstep-tls")["data"]["ca.crt"]
     for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
@@ -125,7 +129,7 @@ def test_webhooks_trust_the_same_ca_the_secret_holds(render) -> None:
     assert len(checksum) == 64
 
 
-def test_every_install_render_generates_a_fresh_ca(render) -> None:
+def test_every_install_render_generates_a_fresh_ca(render: Render) -> None:
     first = one(render(), "Secret", "demo-lockstep-tls")["data"]["ca.crt"]
     second = one(render(), "Secret", "demo-lockstep-tls")["data"]["ca.crt"]
     assert first != second
@@ -139,7 +143,7 @@ def test_no_certificate_or_key_is_committed() -> None:
         assert "BEGIN CERTIFICATE" not in text and "PRIVATE KEY-----" not in text, path
 
 
-def test_cert_manager_issues_the_certificate_and_injects_the_ca(render) -> None:
+def test_cert_manager_issues_the_certificate_and_injects_the_ca(render: Render) -> None:
     objects = render(ALL_ON)
     assert not find(objects, "Secret")
     certificate = one(objects, "Certificate", "demo-lockstep-tls")
@@ -158,7 +162,7 @@ def test_cert_manager_issues_the_certificate_and_injects_the_ca(render) -> None:
         assert all("caBundle" not in h["clientConfig"] for h in configuration["webhooks"])
 
 
-def test_cert_manager_with_an_existing_issuer_creates_no_issuer(render) -> None:
+def test_cert_manager_with_an_existing_issuer_creates_no_issuer(render: Render) -> None:
     objects = render(NAMESPACED)
     assert not find(objects, "Issuer")
     issuer = one(objects, "Certificate")["spec"]["issuerRef"]

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-__all__ = ["ALL_ON", "CHART_DIR", "NAMESPACE", "NAMESPACED", "RELEASE", "REPO", "Manifest", "documents", "find",
+__all__ = ["ALL_ON", "CHART_DIR", "NAMESPACE", "NAMESPACED", "RELEASE", "REPO", "Manifest", "Render", "documents", "find",
            "one"]
 
 REPO = Path(__file__).resolve().parents[2]
@@ -35,6 +36,8 @@ NAMESPACED: dict[str, Any] = {
 }
 
 Manifest = dict[str, Any]
+#: The ``render`` fixture: values in, parsed objects out.
+Render = Callable[..., list[Manifest]]
 
 
 def documents(rendered: dict[str, str]) -> list[Manifest]:
