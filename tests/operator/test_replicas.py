@@ -58,9 +58,15 @@ async def test_only_the_leader_serves_reports(kmock: Emulator, tokens: TokenBook
         status, answer = await sidecar_for(leader, tokens, tls_files, "p1").post(report)
         assert (status, answer["verdict"]["reason"]) == (202, "Verified")
         await wait_for(lambda: verdict_of(kmock, "p1") == ("True", "Verified"))
-        writers = {request.headers.get("User-Agent") for request in
-                   kmock["patch", kmock.resource("v1/pods"), kmock.subresource("status")]}
-        assert len(kmock["patch", kmock.resource("v1/pods"), kmock.subresource("status")]) == 1, writers
+        assert len(kmock["patch", kmock.resource("v1/pods"), kmock.subresource("status")]) == 1
+
+        # The leader stops (a rolling update): the standby takes over, from what the cluster holds.
+        leader.stop.set()
+        await wait_for(lambda: standby_leads(), timeout=30)
+        assert await _ready(standby, tls_files) == 200
+        status, answer = await sidecar_for(standby, tokens, tls_files, "p1").post(make_report())
+        assert (status, answer["verdict"]["reason"]) == (202, "Verified")
+        assert len(kmock["patch", kmock.resource("v1/pods"), kmock.subresource("status")]) == 1  # nothing flipped
 
 
 def make_report() -> dict[str, object]:
