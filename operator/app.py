@@ -16,7 +16,6 @@ from typing import Any
 
 import kopf
 from aiohttp import web
-
 from lockstep.operator.config import OperatorConfig
 from lockstep.operator.events import EventPoster
 from lockstep.operator.kube import GROUP, PLURAL, VERSION, KubeClient

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import click
-
 from lockstep.operator.config import OperatorConfig
 
 __all__ = ["operator_command"]

@@ -6,7 +6,7 @@ import asyncio
 import logging
 import secrets
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from lockstep.operator.kube import GROUP, VERSION, KubeApiError, KubeClient
@@ -27,7 +27,7 @@ def resource_ref(namespace: str, name: str, uid: str) -> dict[str, str]:
 
 
 def build_event(ref: Mapping[str, str], type_: str, reason: str, message: str) -> dict[str, Any]:
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     # An explicit name (as kubectl and client-go do): a generateName POST is not idempotent on retry.
     name = f"{ref['name']}.{secrets.token_hex(8)}"
     return {

@@ -11,16 +11,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockstep.operator.injection import BindingError, parse_duration
+
 from lockstep.core import Interface, InterfaceError, LockstepError
 from lockstep.core.diff import UncomparableRevisionsError, closest_revision, diff_revisions
 from lockstep.core.report import Observation
 from lockstep.core.revision import Revision
-from lockstep.operator.injection import BindingError, parse_duration
 
 __all__ = [
     "CONDITION_TYPE",
-    "Enforcement",
     "Approval",
+    "Enforcement",
     "PodState",
     "Policy",
     "Reason",

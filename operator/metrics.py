@@ -8,11 +8,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-
 from lockstep.operator.judge import PodState
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
-__all__ = ["Metrics", "REJECTION_REASONS"]
+__all__ = ["REJECTION_REASONS", "Metrics"]
 
 REJECTION_REASONS = ("Unauthenticated", "UnknownPod", "UidMismatch", "NotSelected", "BadReport", "TooLarge",
                      "RateLimited")

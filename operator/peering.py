@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lockstep.operator.kube import KubeApiError, KubeClient
@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 def leads(peering_status: Mapping[str, Any], priority: int, now: datetime | None = None) -> bool:
     """Whether a replica with ``priority`` leads: no other live peer has a priority as high
     (one peer with the same priority is this replica itself)."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     same = 0
     for info in peering_status.values():
         if not isinstance(info, Mapping):
@@ -36,7 +36,7 @@ def leads(peering_status: Mapping[str, Any], priority: int, now: datetime | None
         except (TypeError, ValueError):
             continue
         if seen.tzinfo is None:
-            seen = seen.replace(tzinfo=timezone.utc)
+            seen = seen.replace(tzinfo=UTC)
         if seen + lifetime <= now:
             continue
         if peer_priority > priority:
