@@ -20,8 +20,11 @@ demo: setup  ## the main job on an embedded default: pin, verify and rug-pull th
 test: setup  ## the whole test suite (what CI runs)
 	$(BIN)/pytest
 
-bench: setup
+bench: setup  ## every benchmark; each prints a table (see bench/*.py --help for options)
 	$(BIN)/python bench/digest.py
+	$(BIN)/python bench/latency.py
+	$(BIN)/python bench/sidecar_footprint.py
+	$(BIN)/python bench/operator.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis
