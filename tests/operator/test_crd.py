@@ -190,3 +190,34 @@ BROKEN: list[tuple[str, dict[str, Any], str]] = [
 def test_rejects_broken_manifests(change: dict[str, Any], expected: str) -> None:
     with pytest.raises(ManifestInvalid, match=expected):
         validate(_manifest(**change))
+
+
+def test_the_status_the_operator_writes_fits_the_schema() -> None:
+    from lockstep.operator.cache import PodRecord
+    from lockstep.operator.judge import Policy, judge
+    from lockstep.operator.status import PodTrack, ResourceMemory, build_status
+
+    from lockstep.core.report import Observation
+
+    manifest = _manifest(approval="FirstSeen")
+    manifest["metadata"]["generation"] = 4
+    policy = Policy.from_resource(manifest)
+    changed = {**INTERFACE, "tools": [{**INTERFACE["tools"][0], "description": "Now also reads your mail."},
+                                      INTERFACE["tools"][1]]}
+    tracks = []
+    for name, document, was_verified in (("p1", INTERFACE, True), ("p2", changed, True), ("p3", None, False)):
+        pod = PodRecord.from_body({"metadata": {"namespace": "agents", "name": name, "uid": name}})
+        track = None
+        if document is not None:
+            observation = Observation.of_interface(Interface.from_document(document), "2026-11-22T02:00:00Z")
+            track = PodTrack(uid=name, observation=observation,
+                             verdict=judge(observation, policy, was_verified=was_verified))
+        tracks.append((pod, track))
+    memory = ResourceMemory(trusted={**policy.approved[0].to_spec(), "trustedAt": "2026-11-22T01:00:00Z",
+                                     "pod": "p1"}, last_verification="2026-11-22T02:00:00Z")
+    status = build_status(policy, tracks, memory, {}, definitions_limit=64 * 1024)
+    assert status["phase"] == "Drifted" and status["podsReady"] == "1/3"
+    manifest["status"] = status
+    validate(manifest)
+    drifted = [entry for entry in status["observed"] if not entry["approved"]]
+    assert drifted[0]["findings"][0]["name"] == "get_forecast" and "definitions" in drifted[0]
