@@ -9,6 +9,7 @@ import pytest
 import rfc8785
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
+from lockstep_testing.jcs_reference import reference_jcs
 from lockstep_testing.json_strategies import json_values, keys, texts
 
 from lockstep.core import (
@@ -19,22 +20,9 @@ from lockstep.core import (
     canonical_json,
 )
 
-SAFE_INTEGER = 2**53 - 1
-
-
-def as_doubles(value: Any) -> Any:
-    """The Lockstep rule, written independently here: integers beyond 2**53 - 1 are IEEE doubles."""
-    if isinstance(value, bool) or not isinstance(value, (int, dict, list)):
-        return value
-    if isinstance(value, int):
-        return float(value) if abs(value) > SAFE_INTEGER else value
-    if isinstance(value, dict):
-        return {key: as_doubles(item) for key, item in value.items()}
-    return [as_doubles(item) for item in value]
-
 
 def reference(value: Any) -> bytes:
-    return rfc8785.dumps(as_doubles(value))
+    return reference_jcs(value)
 
 
 def assert_same_as_reference(value: Any) -> None:

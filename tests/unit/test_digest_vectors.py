@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import rfc8785
+
+if __name__ == "__main__":  # run as a script to regenerate the doc: make lockstep_testing importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from lockstep_testing.jcs_reference import reference_jcs
 
 from lockstep.core import FORMULA, ComponentKind, Interface, digest_interface, parse_ignore_rules
 from lockstep.core.model import loads_strict
@@ -46,16 +49,6 @@ def test_every_input_digests_to_the_vector(vector, index):
     assert digest_interface(interface, vector.get("ignore")).to_dict() == expected_digest(vector)
 
 
-def as_doubles(value: Any) -> Any:
-    if isinstance(value, bool) or not isinstance(value, (int, dict, list)):
-        return value
-    if isinstance(value, int):
-        return float(value) if abs(value) > SAFE_INTEGER else value
-    if isinstance(value, dict):
-        return {key: as_doubles(item) for key, item in value.items()}
-    return [as_doubles(item) for item in value]
-
-
 def sha256_text(*parts: bytes) -> str:
     return "sha256:" + hashlib.sha256(b"".join(parts)).hexdigest()
 
@@ -84,11 +77,11 @@ def test_vectors_follow_the_documented_formula(vector):
     definitions = definitions_by_component(json.loads(vector["inputs"][0]), vector.get("ignore", []))
     assert sorted(definitions) == sorted((entry["kind"], entry["name"]) for entry in vector["components"])
     for entry in vector["components"]:
-        canonical = rfc8785.dumps(as_doubles(definitions[entry["kind"], entry["name"]]))
+        canonical = reference_jcs(definitions[entry["kind"], entry["name"]])
         assert canonical == entry["canonical"].encode("utf-8")
         assert entry["digest"] == sha256_text(b"lockstep/v1\x00", entry["kind"].encode(), b"\x00", canonical)
     listed = sorted(entry["digest"] for entry in vector["components"])
-    assert vector["digest"] == sha256_text(b"lockstep/v1\x00interface\x00", rfc8785.dumps(listed))
+    assert vector["digest"] == sha256_text(b"lockstep/v1\x00interface\x00", reference_jcs(listed))
 
 
 def test_vectors_that_should_differ_do():
