@@ -249,11 +249,25 @@ class _Wire:
         return self.results.pop(request_id)
 
 
-class _TappedReadStream:
-    """The transport's read stream, seen by the wire before the SDK's session parses it."""
+class _TappedStream:
+    """A transport stream wrapped for the wire; closing and context management go to the inner stream."""
 
     def __init__(self, inner: Any, wire: _Wire) -> None:
         self._inner, self._wire = inner, wire
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> Self:
+        await self._inner.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> bool | None:
+        return bool(await self._inner.__aexit__(*exc_info))
+
+
+class _TappedReadStream(_TappedStream):
+    """The transport's read stream, seen by the wire before the SDK's session parses it."""
 
     @property
     def last_context(self) -> Any:
@@ -277,36 +291,13 @@ class _TappedReadStream:
         except anyio.EndOfStream:
             raise StopAsyncIteration from None
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
 
-    async def __aenter__(self) -> Self:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> bool | None:
-        return bool(await self._inner.__aexit__(*exc_info))
-
-
-class _TappedWriteStream:
+class _TappedWriteStream(_TappedStream):
     """The transport's write stream; notes the id of each request the session sends."""
-
-    def __init__(self, inner: Any, wire: _Wire) -> None:
-        self._inner, self._wire = inner, wire
 
     async def send(self, item: SessionMessage, /) -> None:
         self._wire.note_sent(item)
         await self._inner.send(item)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> Self:
-        await self._inner.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> bool | None:
-        return bool(await self._inner.__aexit__(*exc_info))
 
 
 _EVENT_END = re.compile(rb"\r\n\r\n|\n\n|\r\r")
