@@ -47,6 +47,12 @@ def _json_object(ctx: click.Context, param: click.Parameter, value: str | None) 
               envvar="LOCKSTEP_RATE_PER_POD", help="Sustained reports per second per pod.")
 @click.option("--rate-burst", type=click.IntRange(1), default=10, show_default=True,
               envvar="LOCKSTEP_RATE_BURST", help="Reports a pod may send at once.")
+@click.option("--observed-configmap-limit", type=click.IntRange(0), default=5, show_default=True,
+              envvar="LOCKSTEP_OBSERVED_CONFIGMAP_LIMIT",
+              help="ConfigMaps per resource for observed definitions too large for status (0: none).")
+@click.option("--observed-configmap-size-limit", type=click.IntRange(1024, 1000 * 1024), default=900 * 1024,
+              show_default=True, envvar="LOCKSTEP_OBSERVED_CONFIGMAP_SIZE_LIMIT",
+              help="Largest definitions (bytes of JSON) kept in such a ConfigMap.")
 @click.option("--peering", "peering_name", envvar="LOCKSTEP_PEERING",
               help="kopf peering name; set it when running two or more replicas.")
 @click.option("--sidecar-image", default="ghcr.io/lockstep-dev/lockstep:latest", show_default=True,
@@ -64,7 +70,8 @@ def _json_object(ctx: click.Context, param: click.Parameter, value: str | None) 
 @click.option("-v", "--verbose", is_flag=True, envvar="LOCKSTEP_VERBOSE", help="Log at debug level.")
 def operator_command(namespaces: Sequence[str], report_port: int, tls_cert: str | None, tls_key: str | None,
                      metrics_port: int, health_port: int, webhook_port: int, body_limit: int,
-                     rate_per_pod: float, rate_burst: int, peering_name: str | None, sidecar_image: str,
+                     rate_per_pod: float, rate_burst: int, observed_configmap_limit: int,
+                     observed_configmap_size_limit: int, peering_name: str | None, sidecar_image: str,
                      sidecar_resources: dict[str, Any], report_url: str, operator_ca_path: str | None,
                      token_expiration_seconds: int, own_namespace: str, verbose: bool) -> None:
     """Run the Lockstep operator: the report endpoint, judging, status, Events, metrics and webhooks.
@@ -84,6 +91,8 @@ def operator_command(namespaces: Sequence[str], report_port: int, tls_cert: str 
         namespaces=tuple(name for entry in namespaces for name in entry.split()), report_port=report_port,
         tls_cert_path=tls_cert, tls_key_path=tls_key, metrics_port=metrics_port, health_port=health_port,
         webhook_port=webhook_port, body_limit=body_limit, rate_per_pod=rate_per_pod, rate_burst=rate_burst,
+        observed_configmap_limit=observed_configmap_limit,
+        observed_configmap_size_limit=observed_configmap_size_limit,
         peering_name=peering_name, sidecar_image=sidecar_image, sidecar_resources=sidecar_resources,
         report_url=report_url, operator_ca_path=operator_ca_path,
         token_expiration_seconds=token_expiration_seconds, own_namespace=own_namespace,

@@ -38,6 +38,10 @@ class OperatorConfig:
     status_flush_interval: float = 1.0
     #: Largest definitions document kept in status for an unapproved observed revision (bytes of JSON).
     status_definitions_limit: int = 64 * 1024
+    #: Larger ones go to a ConfigMap owned by the resource: at most this many per resource (the oldest
+    #: revision loses its map first), each at most this large (a ConfigMap holds at most 1 MiB).
+    observed_configmap_limit: int = 5
+    observed_configmap_size_limit: int = 900 * 1024
     #: kopf peering: None is standalone (one replica); a name turns peering on for two or more.
     peering_name: str | None = None
     #: Priority of this replica in peering; None picks a random one so that two replicas never tie.

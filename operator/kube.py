@@ -1,7 +1,8 @@
 """A small asyncio Kubernetes API client on aiohttp, for the calls the operator makes itself.
 
-kopf owns the watches; this client makes the writes (pods/status, the resource's status, Events)
-and the TokenReviews inside the operator's event loop, with the credentials kopf logged in with.
+kopf owns the watches; this client makes the writes (pods/status, the resource's status, Events,
+the ConfigMaps of large observed definitions) and the TokenReviews inside the operator's event
+loop, with the credentials kopf logged in with.
 Every PATCH is a JSON merge patch and says so in its Content-Type.
 """
 
@@ -57,16 +58,17 @@ class KubeClient:
                 raise KubeApiError(response.status, _status_message(text))
             return json.loads(text) if text else None
 
-    async def list_all(self, path: str) -> list[dict[str, Any]]:
+    async def list_all(self, path: str, *, label_selector: str | None = None) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
-        params: dict[str, str] = {"limit": "500"}
+        selection = {"labelSelector": label_selector} if label_selector else {}
+        params: dict[str, str] = {"limit": "500", **selection}
         while True:
             page = await self.request("GET", path, params=params)
             items += page.get("items") or []
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return items
-            params = {"limit": "500", "continue": token}
+            params = {"limit": "500", "continue": token, **selection}
 
     async def get(self, path: str) -> dict[str, Any]:
         result: dict[str, Any] = await self.request("GET", path)
@@ -75,6 +77,13 @@ class KubeClient:
     async def merge_patch(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
         result: dict[str, Any] = await self.request("PATCH", path, body, content_type=MERGE_PATCH)
         return result
+
+    async def post(self, path: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = await self.request("POST", path, body)
+        return result
+
+    async def delete(self, path: str) -> None:
+        await self.request("DELETE", path)
 
     async def token_review(self, token: str, audiences: list[str]) -> dict[str, Any]:
         review = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
@@ -93,6 +102,14 @@ class KubeClient:
     @staticmethod
     def resource_status_path(namespace: str, name: str) -> str:
         return f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}/{name}/status"
+
+    @staticmethod
+    def configmaps_path(namespace: str | None) -> str:
+        return f"/api/v1/namespaces/{namespace}/configmaps" if namespace else "/api/v1/configmaps"
+
+    @staticmethod
+    def configmap_path(namespace: str, name: str) -> str:
+        return f"/api/v1/namespaces/{namespace}/configmaps/{name}"
 
     @staticmethod
     def pods_path(namespace: str | None) -> str:

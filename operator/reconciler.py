@@ -31,6 +31,7 @@ from lockstep.operator.judge import (
 )
 from lockstep.operator.kube import KubeApiError, KubeClient
 from lockstep.operator.metrics import Metrics
+from lockstep.operator.observed_maps import ObservedMaps
 from lockstep.operator.status import PodTrack, ResourceMemory, build_status, finding_counts, now_iso
 
 from lockstep.core import Interface
@@ -65,6 +66,8 @@ class Reconciler:
         self._dirty: set[Key] = set()
         self._written: dict[Key, dict[str, Any]] = {}
         self._verdicts: dict[tuple[Any, ...], Verdict] = {}
+        self.observed_maps = ObservedMaps(client, size_limit=config.observed_configmap_size_limit,
+                                          count_limit=config.observed_configmap_limit)
         #: Times when a pod's condition was written, for the benchmark and the latency metric.
         self.condition_writes = 0
 
@@ -77,6 +80,7 @@ class Reconciler:
                 self._put_resource(body)
             for body in await self.client.list_all(self.client.pods_path(namespace)):
                 self.cache.put_pod(PodRecord.from_body(body))
+        await self.observed_maps.resync(self.config.namespaces or [None])
         for pod in self.cache.pods():
             self._restore_track(pod)
         self._dirty.update(record.key for record in self.cache.resources())
@@ -113,6 +117,7 @@ class Reconciler:
             previous = self.cache.drop_resource(namespace, name)
             self.memory.pop((namespace, name), None)
             self._written.pop((namespace, name), None)
+            self.observed_maps.forget((namespace, name))
             self.metrics.forget_resource(namespace, name)
             if previous and self.synced.is_set():
                 await self._judge_all(self.cache.selected_pods(namespace, name, previous.policy.selector))
@@ -354,16 +359,20 @@ class Reconciler:
         memory = self.memory.setdefault(record.key, ResourceMemory())
         previous = self._written.get(record.key) or record.status
         status = build_status(policy, pods, memory, previous, definitions_limit=self.config.status_definitions_limit)
+        revisions = {track.verdict.revision.aggregate: track.verdict.revision for _, track in pods
+                     if track and track.verdict and track.verdict.revision is not None}
+        order = {digest: index for index, digest in enumerate(memory.first_seen)}  # first seen, within a second
+        unwanted = await self.observed_maps.place(
+            policy, status, revisions, lambda entry: (entry.get("firstSeen") or "", order.get(entry["digest"], -1)))
         counts = {PodState(state): status["pods"][state] for state in (s.value for s in PodState)}
         self.metrics.set_pod_counts(policy.namespace, policy.name, counts)
         self.metrics.set_findings(policy.namespace, policy.name, finding_counts(status))
-        if _same_status(status, previous):
-            self._written[record.key] = status
-            return
-        if record.status.get("phase") and record.status.get("phase") != status["phase"] and previous:
-            logger.info("%s/%s: phase %s -> %s", *record.key, record.status.get("phase"), status["phase"])
-        await self.client.merge_patch(self.client.resource_status_path(*record.key), {"status": status})
+        if not _same_status(status, previous):
+            if record.status.get("phase") and record.status.get("phase") != status["phase"] and previous:
+                logger.info("%s/%s: phase %s -> %s", *record.key, record.status.get("phase"), status["phase"])
+            await self.client.merge_patch(self.client.resource_status_path(*record.key), {"status": status})
         self._written[record.key] = status
+        await self.observed_maps.prune(record.key, unwanted)  # only once status no longer points at them
 
 
 def _condition_of(pod: PodRecord) -> tuple[str, str, str] | None:

@@ -1,6 +1,7 @@
 """``lockstep approve RESOURCE``: approve an observed interface revision.
 
-The revision's definitions come from the resource's status in the cluster and
+The revision's definitions come from the resource's status in the cluster (or
+from the ConfigMap its status entry names, for large ones) and
 are digested again before anything is written: a status that does not digest
 to the revision being approved is refused. Three outputs:
 
@@ -32,6 +33,7 @@ from lockstep.cli.cluster import (
     cluster_options,
     drift_of,
     parse_resource,
+    with_referenced_definitions,
 )
 from lockstep.cli.output import dump_json, dump_yaml, has_hidden_characters
 from lockstep.cli.targets import UsageError
@@ -95,7 +97,9 @@ def approve_command(resource: str, digest: str | None, replace: bool, prune: boo
         raise UsageError("--dry-run goes with -f FILE or --apply; without them nothing is written anyway")
     name = parse_resource(resource)
     with Cluster(ClusterTarget(kubeconfig, context, namespace)) as cluster:
-        live = cluster.get_interface(name)
+        live, unread = with_referenced_definitions(cluster, cluster.get_interface(name))
+        for note in unread:
+            click.echo(f"note: {note}", err=True)
         plan = _plan(live, digest, prune)
         if filename:
             _rewrite_file(Path(filename), live, plan, replace=replace, prune=prune, digests_only=digests_only,

@@ -11,7 +11,9 @@ a one-line cause.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -35,7 +37,7 @@ from lockstep.core.diff import (
 from lockstep.core.manifest import GROUP, KIND, VERSION
 from lockstep.core.revision import Revision
 
-__all__ = ["Cluster", "ClusterTarget", "cluster_options", "diff_resource", "parse_resource"]
+__all__ = ["Cluster", "ClusterTarget", "cluster_options", "diff_resource", "parse_resource", "with_referenced_definitions"]
 
 PLURAL = "mcpserverinterfaces"
 RESOURCE_PREFIXES = frozenset({"mcpi", "mcpserverinterface", "mcpserverinterfaces",
@@ -110,9 +112,16 @@ class Cluster:
             _content_type="application/merge-patch+json", _request_timeout=REQUEST_TIMEOUT))
         return dict(patched)
 
-    def _call(self, verb: str, name: str, request: Any) -> Any:
+    def get_configmap_data(self, name: str) -> dict[str, str]:
+        """The ``data`` of the ConfigMap ``name`` of this namespace."""
+        core = self._kubernetes.client.CoreV1Api(self._api)
+        found = self._call("get", name, lambda: core.read_namespaced_config_map(
+            name, self.namespace, _request_timeout=REQUEST_TIMEOUT), kind="ConfigMap")
+        return dict(found.data or {})
+
+    def _call(self, verb: str, name: str, request: Any, *, kind: str = KIND) -> Any:
         exceptions = self._kubernetes.client.exceptions
-        where = f"{KIND} {self.namespace}/{name}"
+        where = f"{kind} {self.namespace}/{name}"
         try:
             return request()
         except exceptions.ApiException as error:
@@ -136,8 +145,6 @@ def _api_error(verb: str, where: str, error: Any) -> str:
 
 
 def _status_message(error: Any) -> str:
-    import json
-
     try:
         return str(json.loads(error.body).get("message", ""))[:500]
     except (TypeError, ValueError, AttributeError):
@@ -181,6 +188,38 @@ def _incluster_namespace() -> str | None:
         return Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace").read_text().strip() or None
     except OSError:
         return None
+
+
+# --------------------------------------------------------------------------- definitions kept in ConfigMaps
+
+def with_referenced_definitions(cluster: Cluster, resource: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The resource with the definitions that the operator keeps in ConfigMaps (``definitionsRef`` of a
+    ``status.observed[]`` entry too large for status) put into their entries, and a note for each one that
+    cannot be read. Nothing is trusted here: the definitions are digested again wherever they are used."""
+    resolved: dict[str, Any] = copy.deepcopy(dict(resource))
+    notes = []
+    for entry in (resolved.get("status") or {}).get("observed") or []:
+        ref = entry.get("definitionsRef") if isinstance(entry, dict) else None
+        if entry.get("definitions") is not None or not isinstance(ref, Mapping):
+            continue
+        try:
+            entry["definitions"] = _read_definitions(cluster, ref)
+        except ClusterError as error:
+            notes.append(f"the definitions of {entry.get('digest')} cannot be read: {error}")
+    return resolved, notes
+
+
+def _read_definitions(cluster: Cluster, ref: Mapping[str, Any]) -> Any:
+    name, key = str(ref.get("configMap") or ""), str(ref.get("key") or "")
+    if not name or not key:
+        raise ClusterError(f"definitionsRef {dict(ref)} names no ConfigMap and key")
+    text = cluster.get_configmap_data(name).get(key)
+    if text is None:
+        raise ClusterError(f"ConfigMap {cluster.namespace}/{name} has no key {key}")
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise ClusterError(f"ConfigMap {cluster.namespace}/{name} key {key} is not JSON: {error}") from None
 
 
 # --------------------------------------------------------------------------- diff RESOURCE
@@ -241,7 +280,8 @@ def _drift_of_one(entry: ObservedRevision, approved: Sequence[Revision], ignore:
     try:
         observed = entry.revision(ignore)
     except LockstepError as error:
-        notes.append(f"the definitions in status do not match the digest ({error}); they are not shown")
+        notes.append(f"the definitions in status (or its ConfigMap) do not match the digest ({error}); "
+                     "they are not shown")
         observed = _digest_only(entry, ignore)
     if observed.interface is None:
         notes.append("status carries no definitions for this revision (too large to keep): "
@@ -271,9 +311,10 @@ def diff_resource(resource_arg: str, target: ClusterTarget, *, as_json: bool, co
                          "(lockstep diff OLD NEW), or name an MCPServerInterface to read from the cluster")
     name = parse_resource(resource_arg)
     with Cluster(target) as cluster:
-        resource = cluster.get_interface(name)
+        resource, unread = with_referenced_definitions(cluster, cluster.get_interface(name))
     drifts = drift_of(resource)
     _, notes = approved_revisions(resource)
+    notes += unread
     unapproved = [drift for drift in drifts if not drift.observed.approved]
     if as_json:
         click.echo(dump_json(_diff_document(resource, drifts, notes)), nl=False)

@@ -239,6 +239,11 @@ tests/chart/test_rbac.py derives the same list from operator/*.py.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+# Keep definitions of observed revisions too large for status in ConfigMaps owned by the resource:
+# list them at start, create, read and patch one that exists, delete it once approved or unserved.
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "list", "create", "patch", "delete"]
 {{- end }}
 
 {{/*
