@@ -14,6 +14,7 @@ Shape (documented for users and for ``lockstep diff``/``approve`` in docs/operat
         - {digest, formula, approved, pods: [...], podCount, firstSeen, closestApproved,
            findings: [{kind, name, change, fields, severity, reasons}], components: [...],
            definitions: {...}}       # definitions only when not approved and small enough
+           # (else definitionsRef/definitionsOmitted, added by lockstep.operator.observed_maps)
       conditions: [Ready, Reconciling, Stalled]   # Flux/Argo CD style, with observedGeneration
 """
 

@@ -284,7 +284,7 @@ def _drift_of_one(entry: ObservedRevision, approved: Sequence[Revision], ignore:
                      "they are not shown")
         observed = _digest_only(entry, ignore)
     if observed.interface is None:
-        notes.append("status carries no definitions for this revision (too large to keep): "
+        notes.append("status carries no definitions for this revision (too large to keep, even in a ConfigMap): "
                      "component-level diff only")
     baseline = list(approved) or [Revision.of(Interface(()), ignore)]
     if not approved:

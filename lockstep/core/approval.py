@@ -158,8 +158,8 @@ def verified_interface(observed: ObservedRevision, ignore: Iterable[str] = (),
     operator digested them with), to exactly the observed digest."""
     if observed.definitions is None:
         raise NoDefinitionsError(
-            f"observed revision {observed.digest} carries no definitions in status (too large to keep, "
-            "or reported without them); approve it from the server itself with "
+            f"observed revision {observed.digest} carries no definitions in status or a ConfigMap "
+            "(too large to keep, or reported without them); approve it from the server itself with "
             "`lockstep snapshot URL` after reviewing it")
     try:
         interface = Interface.from_document(observed.definitions, limits)
@@ -169,7 +169,7 @@ def verified_interface(observed: ObservedRevision, ignore: Iterable[str] = (),
     if recomputed.digest.formula != observed.formula or recomputed.aggregate != observed.digest:
         raise DigestMismatchError(
             f"observed revision {observed.digest}: its definitions digest to {recomputed.aggregate}; "
-            "refusing to approve what was not observed (status edited or corrupted)")
+            "refusing to approve what was not observed (status or its ConfigMap edited or corrupted)")
     return interface
 
 

@@ -156,6 +156,25 @@ async def test_approve_refuses_a_tampered_configmap(kmock, tokens, operator, tls
     assert "do not match the digest" in review.stdout and POISON not in review.stdout
 
 
+async def test_a_restart_keeps_the_maps_and_their_references_without_writing_them_again(kmock, tokens, tls_files):
+    server = station_server()
+    async with serve_mcp(server) as url:
+        async with run_operator(kmock, operator_config(tls_files)) as running:
+            drifted = await drift_large(kmock, tokens, running, tls_files, server, url)
+        name = configmap_name("weather", drifted)
+        await create_objects(kmock, make_pod("p2"), make_pod("p3"))
+        async with run_operator(kmock, operator_config(tls_files)) as running:
+            # Two more pods serve the drifted revision; each status write that shows them comes after the
+            # previous write's pruning, so the map has survived every write before the last one.
+            for pods in (["p1", "p2"], ["p1", "p2", "p3"]):
+                await sidecar_for(running, tokens, tls_files, pods[-1]).probe(url)
+                await wait_for(lambda pods=pods: (observed_entry(kmock, drifted) or {}).get("pods") == pods)
+                entry = observed_entry(kmock, drifted)
+                assert entry["definitionsRef"] == {"configMap": name, "key": "definitions.json"}
+                assert configmap(kmock, name) is not None
+    assert len(configmap_writes(kmock)) == 1
+
+
 async def test_the_count_bound_drops_the_oldest_and_pruning_follows_the_pods(kmock, tokens, tls_files):
     server = station_server()
     revisions = []
