@@ -117,8 +117,7 @@ class ObservedMaps:
         for entry in sorted(entries, key=age, reverse=True):
             digest = str(entry["digest"])
             if len(wanted) >= self.count_limit:
-                entry["definitionsOmitted"] = (f"more than {self.count_limit} unapproved revisions too large "
-                                               "for status: only the newest keep their definitions")
+                entry["definitionsOmitted"] = self._count_reason()
                 continue
             reason = await self._store(policy, digest, revisions.get(digest), stored)
             if reason is None:
@@ -127,6 +126,12 @@ class ObservedMaps:
             elif reason:
                 entry["definitionsOmitted"] = reason
         return [digest for digest in stored if digest not in wanted]
+
+    def _count_reason(self) -> str:
+        if not self.count_limit:
+            return "too large for status, and ConfigMaps for definitions are off (--observed-configmap-limit 0)"
+        return (f"more than {self.count_limit} unapproved revisions too large for status: only the newest "
+                "keep their definitions")
 
     async def prune(self, key: Key, digests: Iterable[str]) -> None:
         stored = self.stored.get(key, {})
