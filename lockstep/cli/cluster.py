@@ -199,8 +199,12 @@ def with_referenced_definitions(cluster: Cluster, resource: Mapping[str, Any]) -
     resolved: dict[str, Any] = copy.deepcopy(dict(resource))
     notes = []
     for entry in (resolved.get("status") or {}).get("observed") or []:
-        ref = entry.get("definitionsRef") if isinstance(entry, dict) else None
-        if entry.get("definitions") is not None or not isinstance(ref, Mapping):
+        if not isinstance(entry, dict) or entry.get("definitions") is not None:
+            continue
+        ref = entry.get("definitionsRef")
+        if entry.get("definitionsOmitted"):
+            notes.append(f"the operator keeps no definitions of {entry.get('digest')}: {entry['definitionsOmitted']}")
+        if not isinstance(ref, Mapping):
             continue
         try:
             entry["definitions"] = _read_definitions(cluster, ref)

@@ -202,7 +202,8 @@ async def test_the_count_bound_drops_the_oldest_and_pruning_follows_the_pods(kmo
             {"configMap": first, "key": "definitions.json"}
 
 
-async def test_definitions_over_the_size_limit_are_not_stored_and_status_says_so(kmock, tokens, tls_files):
+async def test_definitions_over_the_size_limit_are_not_stored_and_status_says_so(kmock, tokens, tls_files,
+                                                                                  tmp_path):
     server = station_server()
     async with run_operator(kmock, operator_config(tls_files, observed_configmap_size_limit=100 * 1024)) as running, \
             serve_mcp(server) as url:
@@ -214,6 +215,9 @@ async def test_definitions_over_the_size_limit_are_not_stored_and_status_says_so
         entry = observed_entry(kmock, digest)
         assert "more than the ConfigMap limit of 102400" in entry["definitionsOmitted"]
         assert "definitionsRef" not in entry and not configmap_writes(kmock)
+    review = await Cluster(kmock, write_kubeconfig(kmock, tmp_path)).lockstep("diff", "weather")
+    assert f"note: the operator keeps no definitions of {digest}: definitions are" in review.stdout
+    assert "component-level diff only" in review.stdout
 
 
 def test_names_stay_valid_and_distinct_for_the_longest_resource_names():
