@@ -22,8 +22,8 @@ from pathlib import Path
 
 __all__ = ["ApiCall", "calls_in_source"]
 
-_METHOD_VERB = {"get": "get", "list": "list", "list_all": "list", "merge_patch": "patch", "patch": "patch", "post": "create",
-                "delete": "delete", "put": "update"}
+_METHOD_VERB = {"get": "get", "list": "list", "list_all": "list", "merge_patch": "patch", "patch": "patch",
+                "post": "create", "delete": "delete", "put": "update"}
 _HTTP_VERB = {"GET": "get", "PATCH": "patch", "POST": "create", "PUT": "update", "DELETE": "delete"}
 _WATCHING_HANDLERS = {"event", "index"}
 _PROGRESS_HANDLERS = {"create", "update", "delete", "resume", "field", "timer", "daemon"}
