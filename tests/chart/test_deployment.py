@@ -156,3 +156,17 @@ def test_the_helm_test_pod_checks_the_report_url_the_sidecars_get_with_their_ca(
     assert volume["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]
     assert 'cafile="/etc/lockstep/tls/ca.crt"' in script
     assert container["volumeMounts"][0]["mountPath"] == "/etc/lockstep/tls"
+
+
+def test_operator_settings_without_a_value_reach_it_through_extra_env(render: Render,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/operator.md sends the observed-ConfigMap bounds through operator.extraEnv: those variables
+    must be ones the operator command reads."""
+    extra = [{"name": "LOCKSTEP_OBSERVED_CONFIGMAP_LIMIT", "value": "2"},
+             {"name": "LOCKSTEP_OBSERVED_CONFIGMAP_SIZE_LIMIT", "value": "4096"}]
+    container = operator_container(render({"operator": {"extraEnv": extra}}))
+    for variable in extra:
+        assert variable in container["env"]
+        monkeypatch.setenv(variable["name"], variable["value"])
+    params = parse_operator_args(container["args"])
+    assert (params["observed_configmap_limit"], params["observed_configmap_size_limit"]) == (2, 4096)
