@@ -117,7 +117,8 @@ def observed_revisions(resource: Mapping[str, Any]) -> list[ObservedRevision]:
     The operator keeps no definitions for a revision it counts as approved; for the one trusted on
     first use (approval FirstSeen) they are in ``status.trusted``, so that it can be pinned in Git."""
     status = resource.get("status") or {}
-    trusted = status.get("trusted") if isinstance(status.get("trusted"), Mapping) else {}
+    trusted_entry = status.get("trusted")
+    trusted: Mapping[str, Any] = trusted_entry if isinstance(trusted_entry, Mapping) else {}
     observed = []
     for entry in status.get("observed") or ():
         if not isinstance(entry, Mapping) or not entry.get("digest"):
