@@ -10,12 +10,19 @@ from urllib.parse import urlsplit
 
 import click
 
+from lockstep.cli.cluster import ClusterTarget, cluster_options, diff_resource
+from lockstep.cli.output import dump_json, dump_yaml
+from lockstep.cli.targets import (
+    LoadedTarget,
+    UsageError,
+    is_url,
+    load_pinned_file,
+    load_target,
+    parse_headers,
+)
 from lockstep.core import InterfaceDigest, LockstepError
 from lockstep.core.manifest import build_manifest
 from lockstep.core.revision import Revision
-from lockstep.cli.cluster import ClusterTarget, cluster_options, diff_resource
-from lockstep.cli.output import dump_json, dump_yaml
-from lockstep.cli.targets import LoadedTarget, UsageError, is_url, load_pinned_file, load_target, parse_headers
 
 EXIT_SAME = 0
 EXIT_DRIFT = 1
@@ -214,10 +221,7 @@ def verify_command(target: str, against: str, fail_on: str, as_json: bool, heade
 def _revisions_of(target: str, headers: Sequence[str], timeout: float, transport: str | None,
                   ignore: Sequence[str]) -> list[Revision]:
     if not is_url(target):
-        try:
-            pinned = load_pinned_file(target)
-        except UsageError:
-            raise
+        pinned = load_pinned_file(target)
         if pinned.source == "manifest":
             if not pinned.revisions:
                 raise UsageError(f"{target}: approves no revision")

@@ -22,12 +22,12 @@ from lockstep.core.ignore import IgnoreRule, IgnoreRules, parse_ignore_rules
 from lockstep.core.model import DEFAULT_LIMITS, Component, ComponentKind, Interface, Limits
 
 __all__ = [
+    "DEFAULT_LIMITS",
+    "FORMULA",
     "Component",
     "ComponentDigest",
     "ComponentKind",
-    "DEFAULT_LIMITS",
     "DuplicateComponentError",
-    "FORMULA",
     "FormulaError",
     "IgnoreRule",
     "IgnoreRuleError",

@@ -32,9 +32,9 @@ from lockstep.core.errors import (
 )
 
 __all__ = [
+    "DEFAULT_LIMITS",
     "Component",
     "ComponentKind",
-    "DEFAULT_LIMITS",
     "Interface",
     "JSONValue",
     "Limits",

@@ -24,7 +24,7 @@ from typing import Any
 
 from lockstep.core.digest import ComponentDigest, InterfaceDigest, digest_interface, ensure_formula
 from lockstep.core.errors import FormulaError, InterfaceError, MalformedInterfaceError
-from lockstep.core.model import Interface, Limits, DEFAULT_LIMITS
+from lockstep.core.model import DEFAULT_LIMITS, Interface, Limits
 
 __all__ = ["FailureReason", "Observation", "ReportError"]
 
