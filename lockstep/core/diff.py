@@ -24,7 +24,7 @@ from lockstep.core.canonical import canonical_json
 from lockstep.core.digest import component_digest
 from lockstep.core.errors import LockstepError
 from lockstep.core.ignore import IgnoreRules, parse_ignore_rules
-from lockstep.core.model import Component, ComponentKind, Interface
+from lockstep.core.model import Component, ComponentKind, Interface, escape_pointer_token
 from lockstep.core.render import render_json, render_text
 from lockstep.core.revision import Revision
 from lockstep.core.severity import (
@@ -351,7 +351,7 @@ def pointer_changes(old: Any, new: Any, pointer: str = "") -> list[FieldChange]:
     if isinstance(old, dict) and isinstance(new, dict):
         changes: list[FieldChange] = []
         for key in list(old) + [key for key in new if key not in old]:
-            child = f"{pointer}/{_escape(key)}"
+            child = f"{pointer}/{escape_pointer_token(key)}"
             if key not in new:
                 changes.append(FieldChange(child, Change.REMOVED, old=old[key]))
             elif key not in old:
@@ -392,7 +392,3 @@ def _scalar_list_changes(old: list[Any], new: list[Any], pointer: str) -> list[F
             added[key] -= 1
             changes.append(FieldChange(f"{pointer}/{index}", Change.ADDED, new=new[index]))
     return changes
-
-
-def _escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")

@@ -39,6 +39,7 @@ __all__ = [
     "JSONValue",
     "Limits",
     "check_json_value",
+    "escape_pointer_token",
 ]
 
 JSONValue = Any  # dict[str, JSONValue] | list[JSONValue] | str | int | float | bool | None
@@ -283,11 +284,12 @@ def _pointer(path: _Path) -> str:
     tokens: list[str] = []
     while path is not None:
         path, token = path
-        tokens.append(_escape(token) if isinstance(token, str) else str(token))
+        tokens.append(escape_pointer_token(token) if isinstance(token, str) else str(token))
     return "".join(f"/{token}" for token in reversed(tokens))
 
 
-def _escape(token: str) -> str:
+def escape_pointer_token(token: str) -> str:
+    """One JSON pointer (RFC 6901) token: '~' as '~0', '/' as '~1'."""
     return token.replace("~", "~0").replace("/", "~1")
 
 

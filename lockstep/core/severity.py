@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard
 
 from lockstep.core.canonical import canonical_json
+from lockstep.core.model import escape_pointer_token
 
 __all__ = [
     "INSTRUCTION_PHRASES",
@@ -456,11 +457,7 @@ def scanned_strings(definition: Any) -> Iterator[tuple[Path, str]]:
 
 
 def pointer(path: Path) -> str:
-    return "".join(f"/{_escape(token) if isinstance(token, str) else token}" for token in path)
-
-
-def _escape(token: str) -> str:
-    return token.replace("~", "~0").replace("/", "~1")
+    return "".join(f"/{escape_pointer_token(token) if isinstance(token, str) else token}" for token in path)
 
 
 @dataclass(frozen=True)
@@ -765,7 +762,7 @@ def _subschema_widenings(old: dict[str, Any], new: dict[str, Any], pointer: str)
     for keyword in sorted(_SCHEMA_MAPS | _DEFINITION_MAPS):
         old_map, new_map = _dict_of(old, keyword), _dict_of(new, keyword)
         for name, schema in new_map.items():
-            child = f"{pointer}/{keyword}/{_escape(name)}"
+            child = f"{pointer}/{keyword}/{escape_pointer_token(name)}"
             if name in old_map:
                 reasons += schema_widenings(old_map[name], schema, child)
             elif keyword in ("properties", "patternProperties"):
