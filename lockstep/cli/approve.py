@@ -35,7 +35,7 @@ from lockstep.cli.cluster import (
     parse_resource,
     with_referenced_definitions,
 )
-from lockstep.cli.output import dump_json, dump_yaml, has_hidden_characters
+from lockstep.cli.output import dump_json, dump_yaml, escape_hidden, has_hidden_characters
 from lockstep.cli.targets import UsageError
 from lockstep.core import Interface
 from lockstep.core.approval import (
@@ -365,7 +365,7 @@ class RoundTripFile:
             self.yaml.dump_all(self.documents, stream)
         text = stream.getvalue()
         if not has_hidden_characters(self.text):  # else escaping could change the data of those characters
-            text = _escape_hidden_in_double_quotes(text)
+            text = escape_hidden(text, json_style=False)  # only ever inside double quotes (review_style)
         self._check_round_trip(text)
         return text
 
@@ -448,15 +448,3 @@ def _plain(value: Any) -> Any:
     if isinstance(value, str):
         return str(value)
     return value
-
-
-def _escape_hidden_in_double_quotes(text: str) -> str:
-    """Spell out invisible characters (only ever written inside double quotes by :func:`review_style`)."""
-    out = []
-    for character in text:
-        if has_hidden_characters(character):
-            code = ord(character)
-            out.append(f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}")
-        else:
-            out.append(character)
-    return "".join(out)

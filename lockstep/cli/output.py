@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["dump_json", "dump_yaml", "has_hidden_characters"]
+__all__ = ["dump_json", "dump_yaml", "escape_hidden", "has_hidden_characters"]
 
 _HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cn", "Zl", "Zp", "Cs"})
 
@@ -31,7 +31,8 @@ def has_hidden_characters(text: str) -> bool:
     return any(_is_hidden(character) for character in text)
 
 
-def _escape_hidden(text: str, *, json_style: bool) -> str:
+def escape_hidden(text: str, *, json_style: bool) -> str:
+    """Hidden characters as escapes: JSON style (surrogate pairs) or YAML double-quote style (\\U)."""
     out = []
     for character in text:
         if not _is_hidden(character):
@@ -51,7 +52,7 @@ def _escape_hidden(text: str, *, json_style: bool) -> str:
 def dump_json(value: Any, *, indent: int | None = 2) -> str:
     text = json.dumps(value, ensure_ascii=False, indent=indent, allow_nan=False)
     # json.dumps already escapes control characters; hidden format characters only occur inside strings.
-    return _escape_hidden(text, json_style=True) + "\n"
+    return escape_hidden(text, json_style=True) + "\n"
 
 
 class _ReviewDumper(yaml.SafeDumper):
@@ -71,4 +72,4 @@ _ReviewDumper.add_representer(str, _represent_str)
 
 def dump_yaml(value: Any) -> str:
     text = yaml.dump(value, Dumper=_ReviewDumper, sort_keys=False, allow_unicode=True, width=100)
-    return _escape_hidden(text, json_style=False)
+    return escape_hidden(text, json_style=False)
