@@ -15,6 +15,7 @@ from lockstep.operator.injection import BindingError, parse_duration
 
 from lockstep.core import Interface, InterfaceError, LockstepError
 from lockstep.core.diff import UncomparableRevisionsError, closest_revision, diff_revisions
+from lockstep.core.digest import DIGEST_PREFIX
 from lockstep.core.report import Observation
 from lockstep.core.revision import Revision
 
@@ -87,7 +88,7 @@ _STATE_OF_REASON = {
 
 
 def short_digest(digest: str) -> str:
-    return digest[: len("sha256:") + 12]
+    return digest[: len(DIGEST_PREFIX) + 12]
 
 
 @dataclass(frozen=True)

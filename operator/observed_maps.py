@@ -31,6 +31,7 @@ from typing import Any
 from lockstep.operator.judge import Policy
 from lockstep.operator.kube import GROUP, VERSION, KubeApiError, KubeClient
 
+from lockstep.core.digest import DIGEST_PREFIX
 from lockstep.core.revision import Revision
 
 __all__ = ["DATA_KEY", "DIGEST_ANNOTATION", "DIGEST_LABEL", "INTERFACE_LABEL", "ObservedMaps", "configmap_name",
@@ -49,7 +50,7 @@ _SUFFIX = "-observed-"
 
 
 def _hex12(digest: str) -> str:
-    return digest.removeprefix("sha256:")[:12]
+    return digest.removeprefix(DIGEST_PREFIX)[:12]
 
 
 def _shortened(name: str, limit: int) -> str:

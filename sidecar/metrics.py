@@ -5,6 +5,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from lockstep.core import ComponentKind, InterfaceDigest
+from lockstep.core.digest import DIGEST_PREFIX
 
 __all__ = ["SidecarMetrics"]
 
@@ -41,4 +42,4 @@ class SidecarMetrics:
         for kind in ComponentKind:
             count = sum(1 for component in digest.components if component.kind == kind)
             self.components.labels(kind.value).set(count)
-        self.digest.set(int(digest.digest.removeprefix("sha256:")[:13], 16))
+        self.digest.set(int(digest.digest.removeprefix(DIGEST_PREFIX)[:13], 16))

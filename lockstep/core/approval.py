@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequenc
 from dataclasses import dataclass
 from typing import Any
 
-from lockstep.core.digest import FORMULA
+from lockstep.core.digest import DIGEST_PREFIX, FORMULA
 from lockstep.core.errors import InterfaceError, LockstepError
 from lockstep.core.ignore import parse_ignore_rules
 from lockstep.core.manifest import API_VERSION, KIND
@@ -134,7 +134,7 @@ def select_revision(observed: Sequence[ObservedRevision], digest: str | None) ->
     """The observed revision named by ``digest`` (a full digest or an unambiguous prefix, such as the
     shortened one ``kubectl get mcpi`` prints), or else the only one that is not approved yet."""
     if digest:
-        wanted = digest if digest.startswith("sha256:") else f"sha256:{digest}"
+        wanted = digest if digest.startswith(DIGEST_PREFIX) else f"{DIGEST_PREFIX}{digest}"
         matches = [entry for entry in observed if entry.digest.startswith(wanted)]
         if not matches:
             listed = ", ".join(entry.digest for entry in observed) or "none"
