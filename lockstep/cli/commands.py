@@ -16,12 +16,15 @@ from lockstep.cli.targets import (
     LoadedTarget,
     UsageError,
     is_url,
+    load_document,
     load_pinned_file,
     load_target,
     parse_headers,
+    pinned_from,
+    snapshot_from,
 )
 from lockstep.core import InterfaceDigest, LockstepError
-from lockstep.core.manifest import build_manifest
+from lockstep.core.manifest import build_manifest, is_manifest
 from lockstep.core.revision import Revision
 
 EXIT_SAME = 0
@@ -220,13 +223,16 @@ def verify_command(target: str, against: str, fail_on: str, as_json: bool, heade
 
 def _revisions_of(target: str, headers: Sequence[str], timeout: float, transport: str | None,
                   ignore: Sequence[str]) -> list[Revision]:
-    if not is_url(target):
-        pinned = load_pinned_file(target)
-        if pinned.source == "manifest":
-            if not pinned.revisions:
-                raise UsageError(f"{target}: approves no revision")
-            return list(pinned.revisions)
-    return [_revision(_load(target, headers, timeout, transport), ignore)]
+    """Every approved revision of a manifest, or the one interface of a URL or snapshot."""
+    if is_url(target):
+        return [_revision(_load(target, headers, timeout, transport), ignore)]
+    document = load_document(target)  # read and digested once, whichever it turns out to be
+    if not is_manifest(document):
+        return [_revision(snapshot_from(document, target), ignore)]
+    pinned = pinned_from(document, target)
+    if not pinned.revisions:
+        raise UsageError(f"{target}: approves no revision")
+    return list(pinned.revisions)
 
 
 @click.command("diff")

@@ -21,7 +21,17 @@ from lockstep.core import DEFAULT_LIMITS, Interface, LockstepError
 from lockstep.core.manifest import KIND, Pinned, is_manifest, load_pinned
 from lockstep.core.model import loads_strict
 
-__all__ = ["LoadedTarget", "UsageError", "is_url", "load_document", "load_target", "parse_headers"]
+__all__ = [
+    "LoadedTarget",
+    "UsageError",
+    "is_url",
+    "load_document",
+    "load_pinned_file",
+    "load_target",
+    "parse_headers",
+    "pinned_from",
+    "snapshot_from",
+]
 
 MAX_FILE_BYTES = 64 * 1024 * 1024
 
@@ -104,10 +114,23 @@ def _single_document(documents: list[Any], path: str) -> Any:
 
 
 def load_pinned_file(path: str) -> Pinned:
+    return pinned_from(load_document(path), path)
+
+
+def pinned_from(document: Any, source: str) -> Pinned:
+    """The revisions a parsed manifest or snapshot pins."""
     try:
-        return load_pinned(load_document(path))
+        return load_pinned(document)
     except LockstepError as error:
-        raise UsageError(f"{path}: {error}") from None
+        raise UsageError(f"{source}: {error}") from None
+
+
+def snapshot_from(document: Any, source: str) -> LoadedTarget:
+    """The interface of a parsed snapshot document."""
+    try:
+        return LoadedTarget(Interface.from_document(document, DEFAULT_LIMITS), document, source)
+    except LockstepError as error:
+        raise UsageError(f"{source}: {error}") from None
 
 
 def read_live(url: str, *, headers: Mapping[str, str], timeout: float, transport: str | None) -> LoadedTarget:
@@ -125,20 +148,16 @@ def read_live(url: str, *, headers: Mapping[str, str], timeout: float, transport
 def load_target(
     target: str, *, headers: Mapping[str, str] | None = None, timeout: float = 10.0, transport: str | None = None
 ) -> LoadedTarget:
-    """An interface from a URL (read live) or a snapshot file. A manifest is accepted when it carries
-    the definitions of exactly one approved revision."""
+    """An interface from a URL (read live), a snapshot file, or a manifest: the last of its approved
+    revisions that carries definitions."""
     if is_url(target):
         return read_live(target, headers=headers or {}, timeout=timeout, transport=transport)
     document = load_document(target)
-    try:
-        if is_manifest(document):
-            pinned = load_pinned(document)
-            with_definitions = [revision for revision in pinned.revisions if revision.interface is not None]
-            if not with_definitions:
-                raise UsageError(f"{target}: the manifest carries no definitions (made with --digests-only?)")
-            interface = with_definitions[-1].interface
-            assert interface is not None
-            return LoadedTarget(interface, interface.to_document(), target)
-        return LoadedTarget(Interface.from_document(document, DEFAULT_LIMITS), document, target)
-    except LockstepError as error:
-        raise UsageError(f"{target}: {error}") from None
+    if not is_manifest(document):
+        return snapshot_from(document, target)
+    with_definitions = [revision.interface for revision in pinned_from(document, target).revisions
+                        if revision.interface is not None]
+    if not with_definitions:
+        raise UsageError(f"{target}: the manifest carries no definitions (made with --digests-only?)")
+    interface = with_definitions[-1]
+    return LoadedTarget(interface, interface.to_document(), target)
