@@ -39,6 +39,9 @@ __all__ = [
     "BindingError",
     "SidecarSettings",
     "parse_duration",
+    "probe_interval",
+    "probe_stale_after",
+    "probe_timeout",
     "plan_injection",
     "selector_matches",
 ]
@@ -51,6 +54,8 @@ SIDECAR_NAME = "lockstep-sidecar"
 TOKEN_VOLUME = "lockstep-token"
 HEADERS_VOLUME = "lockstep-headers"
 TOKEN_DIR = "/var/run/secrets/lockstep.dev"
+NO_API_TOKEN_VOLUME = "lockstep-no-api-token"
+API_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 HEADERS_DIR = "/etc/lockstep/headers"
 DEFAULT_SIDECAR_PORT = 9090
 NONROOT_ID = 65532  # the image's numeric user, so runAsNonRoot can verify it
@@ -107,14 +112,40 @@ class Binding:
             port=endpoint.get("port", 8080),
             path=str(endpoint.get("path", "/mcp")),
             transport=transport,
-            interval_seconds=parse_duration(probe.get("interval", "60s")),
-            timeout_seconds=parse_duration(probe.get("timeout", "10s")),
+            interval_seconds=probe_interval(probe),
+            timeout_seconds=probe_timeout(probe),
             headers_secret=headers.get("secretName") if isinstance(headers, Mapping) else None,
         )
 
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+DEFAULT_INTERVAL = 60.0
+DEFAULT_TIMEOUT = 10.0
+DEFAULT_STALE_AFTER = 180.0
+STALE_INTERVALS = 3
+
+
+# The CRD defaults only `interval`: the API server applies defaults before CEL, so a fixed default
+# timeout of 10s would refuse `probe: {interval: 5s}`. The other two follow the interval here.
+def probe_interval(probe: Mapping[str, Any]) -> float:
+    return parse_duration(probe.get("interval", DEFAULT_INTERVAL))
+
+
+def probe_timeout(probe: Mapping[str, Any]) -> float:
+    """``spec.probe.timeout``, by default 10 s or the interval when that is shorter."""
+    if "timeout" in probe:
+        return parse_duration(probe["timeout"])
+    return min(DEFAULT_TIMEOUT, probe_interval(probe))
+
+
+def probe_stale_after(probe: Mapping[str, Any]) -> float:
+    """``spec.probe.staleAfter``, by default 180 s or three intervals when that is longer."""
+    if "staleAfter" in probe:
+        return parse_duration(probe["staleAfter"])
+    return max(DEFAULT_STALE_AFTER, STALE_INTERVALS * probe_interval(probe))
 
 
 def parse_duration(value: Any) -> float:
@@ -159,11 +190,19 @@ def _has_named(entries: Sequence[Mapping[str, Any]] | None, name: str) -> bool:
 
 def _missing_volumes(spec: Mapping[str, Any], settings: SidecarSettings,
                      binding: Binding) -> list[dict[str, Any]]:
-    wanted = [_token_volume(settings)]
+    wanted = [_token_volume(settings), _no_api_token_volume()]
     if binding.headers_secret:
         wanted.append({"name": HEADERS_VOLUME,
                        "secret": {"secretName": binding.headers_secret, "defaultMode": 0o440}})
     return [volume for volume in wanted if not _has_named(spec.get("volumes"), volume["name"])]
+
+
+def _no_api_token_volume() -> dict[str, Any]:
+    """An empty, read-only volume over the API token path in the sidecar. The service-account admission
+    plugin (which runs after the webhooks) mounts ``kube-api-access`` into every container that does not
+    already mount that path; this keeps the sidecar free of any Kubernetes API credential without
+    touching the application's containers or ``automountServiceAccountToken``."""
+    return {"name": NO_API_TOKEN_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Ki"}}
 
 
 def _token_volume(settings: SidecarSettings) -> dict[str, Any]:
@@ -177,7 +216,8 @@ def _sidecar_container(spec: Mapping[str, Any], settings: SidecarSettings,
                        binding: Binding) -> dict[str, Any]:
     mcp_port = _resolve_port(spec, binding.port)
     port = _free_port(spec, settings.port, avoid=mcp_port)
-    mounts = [{"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True}]
+    mounts = [{"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
+              {"name": NO_API_TOKEN_VOLUME, "mountPath": API_TOKEN_DIR, "readOnly": True}]
     if binding.headers_secret:
         mounts.append({"name": HEADERS_VOLUME, "mountPath": HEADERS_DIR, "readOnly": True})
     container: dict[str, Any] = {

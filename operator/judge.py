@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lockstep.operator.injection import BindingError, parse_duration
+from lockstep.operator.injection import DEFAULT_STALE_AFTER, BindingError, probe_stale_after
 
 from lockstep.core import Interface, InterfaceError, LockstepError
 from lockstep.core.diff import UncomparableRevisionsError, closest_revision, diff_revisions
@@ -35,7 +35,6 @@ __all__ = [
 ]
 
 CONDITION_TYPE = "lockstep.dev/interface-verified"
-DEFAULT_STALE_AFTER = 180.0
 MESSAGE_LIMIT = 1024
 FINDINGS_IN_MESSAGE = 5
 
@@ -123,7 +122,7 @@ class Policy:
             except LockstepError as error:
                 problems.append(f"spec.approved[{index}]: {error}")
         try:
-            stale_after = parse_duration((spec.get("probe") or {}).get("staleAfter", "180s"))
+            stale_after = probe_stale_after(spec.get("probe") or {})
         except BindingError as error:
             problems.append(f"spec.probe.staleAfter: {error}")
             stale_after = DEFAULT_STALE_AFTER

@@ -136,7 +136,7 @@ def test_accepts_the_manifest_that_snapshot_prints(tmp_path: Path) -> None:
         result = CliRunner().invoke(cli, ["snapshot", str(snapshot), "--name", "weather", "-n", "agents", *extra])
         assert result.exit_code == 0, result.output
         defaulted = validate(yaml.safe_load(result.output))
-        assert defaulted["spec"]["probe"] == {"interval": "60s", "timeout": "10s", "staleAfter": "180s"}
+        assert defaulted["spec"]["probe"] == {"interval": "60s"}  # timeout and staleAfter follow interval
 
 
 def test_accepts_every_example() -> None:
@@ -157,6 +157,19 @@ def test_first_seen_needs_no_approved_revision() -> None:
     assert validate(manifest)["spec"]["enforcement"] == "Isolate"
 
 
+def test_a_short_interval_alone_is_accepted() -> None:
+    """Defaults are applied before CEL: a fixed default timeout of 10s would refuse this."""
+    assert validate(_manifest(probe={"interval": "5s"}))["spec"]["probe"] == {"interval": "5s"}
+
+
+def test_probe_defaults_follow_the_interval() -> None:
+    from lockstep.operator.injection import probe_stale_after, probe_timeout
+
+    assert (probe_timeout({"interval": "5s"}), probe_stale_after({"interval": "5s"})) == (5.0, 180.0)
+    assert (probe_timeout({"interval": "2m"}), probe_stale_after({"interval": "2m"})) == (10.0, 360.0)
+    assert (probe_timeout({"timeout": "3s"}), probe_stale_after({"staleAfter": "90s"})) == (3.0, 90.0)
+
+
 def test_audit_with_explicit_probe_and_headers() -> None:
     validate(_manifest(enforcement="Audit", probe={"interval": "30s", "timeout": "5s", "staleAfter": "2m"},
                        endpoint={"port": 9000, "path": "/sse", "transport": "sse",
@@ -168,7 +181,7 @@ BROKEN: list[tuple[str, dict[str, Any], str]] = [
     ("bad digest", {"approved": [{"digest": "sha256:XYZ", "formula": "lockstep/v1"}]}, "does not match"),
     ("unknown formula", {"approved": [{"digest": "sha256:" + "a" * 64, "formula": "lockstep/v9"}]}, "is not one of"),
     ("same digest twice", {"approved": [{"digest": "sha256:" + "a" * 64, "formula": "lockstep/v1"}] * 2},
-     "distinct digests"),
+     "duplicate entries for keys \\['digest'\\]"),
     ("unknown enforcement", {"enforcement": "Block"}, "is not one of"),
     ("unknown approval", {"approval": "Auto"}, "is not one of"),
     ("bad transport", {"endpoint": {"transport": "stdio"}}, "is not one of"),

@@ -72,6 +72,9 @@ def expected_sidecar(interface: str = "weather", port: int = 8000, interval: str
                             "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
                             "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
         "volumeMounts": [{"name": "lockstep-token", "mountPath": "/var/run/secrets/lockstep.dev",
+                          "readOnly": True},
+                         # The service-account admission plugin skips a container that mounts this path.
+                         {"name": "lockstep-no-api-token", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount",
                           "readOnly": True}],
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "resources": {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"memory": "96Mi"}},
@@ -80,6 +83,7 @@ def expected_sidecar(interface: str = "weather", port: int = 8000, interval: str
 
 TOKEN_VOLUME = {"name": "lockstep-token", "projected": {"defaultMode": 0o440, "sources": [
     {"serviceAccountToken": {"audience": "lockstep.dev", "path": "token", "expirationSeconds": 900}}]}}
+NO_API_TOKEN_VOLUME = {"name": "lockstep-no-api-token", "emptyDir": {"medium": "Memory", "sizeLimit": "1Ki"}}
 GATE = {"conditionType": "lockstep.dev/interface-verified"}
 
 
@@ -88,7 +92,7 @@ def injected(pod: dict[str, Any], sidecar: dict[str, Any] | None = None) -> dict
     result = copy.deepcopy(pod)
     spec = result["spec"]
     spec.setdefault("readinessGates", []).append(GATE)
-    spec.setdefault("volumes", []).append(TOKEN_VOLUME)
+    spec.setdefault("volumes", []).extend([TOKEN_VOLUME, NO_API_TOKEN_VOLUME])
     spec.setdefault("initContainers", []).append(sidecar or expected_sidecar())
     return result
 
@@ -157,7 +161,7 @@ async def test_pod_without_volumes_gets_a_volumes_list(admit: Any, interfaces: l
     del pod["spec"]["containers"][0]["volumeMounts"]
     admitted = await admit(pod)
     assert admitted.pod == injected(pod)
-    assert admitted.pod["spec"]["volumes"] == [TOKEN_VOLUME]
+    assert admitted.pod["spec"]["volumes"] == [TOKEN_VOLUME, NO_API_TOKEN_VOLUME]
 
 
 @pytest.mark.parametrize(("labels", "namespace"), [
