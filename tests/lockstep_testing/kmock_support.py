@@ -48,6 +48,7 @@ __all__ = [
     "TokenBook",
     "declare_resources",
     "run_operator",
+    "run_operator_thread",
     "wait_for",
 ]
 
@@ -185,7 +186,17 @@ async def wait_watches(emulator: Any, count: int, timeout: float = 10.0) -> None
 async def run_operator(emulator: Any, config: OperatorConfig) -> AsyncIterator[RunningOperator]:
     """Run the real operator (kopf) on its own thread and event loop: kopf cancels every task
     created after it started when it stops, which would break pytest-asyncio's loop."""
-    operator = LockstepOperator(config, connection=_connection(emulator))
+    watches_before = len(emulator[kmock.action.WATCH])
+    async with run_operator_thread(_connection(emulator), config) as running:
+        await wait_watches(emulator, watches_before + 2)  # pods and MCPServerInterfaces
+        yield running
+
+
+@contextlib.asynccontextmanager
+async def run_operator_thread(connection: Any, config: OperatorConfig) -> AsyncIterator[RunningOperator]:
+    """The operator on its own thread against any API server (kmock or a real one), until its report
+    endpoint listens."""
+    operator = LockstepOperator(config, connection=connection)
     stop, ready, failure = threading.Event(), threading.Event(), []
 
     def main() -> None:
@@ -195,7 +206,6 @@ async def run_operator(emulator: Any, config: OperatorConfig) -> AsyncIterator[R
             failure.append(error)
             ready.set()
 
-    watches_before = len(emulator[kmock.action.WATCH])
     thread = threading.Thread(target=main, name="lockstep-operator", daemon=True)
     thread.start()
     try:
@@ -204,7 +214,6 @@ async def run_operator(emulator: Any, config: OperatorConfig) -> AsyncIterator[R
                        20)
         if failure:
             raise failure[0]
-        await wait_watches(emulator, watches_before + 2)  # pods and MCPServerInterfaces
         yield RunningOperator(operator, thread, stop)
     finally:
         stop.set()

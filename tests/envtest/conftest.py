@@ -1,0 +1,92 @@
+"""The real control-plane tier: etcd + kube-apiserver + kube-controller-manager from KUBEBUILDER_ASSETS,
+one per test session (tests/lockstep_testing/control_plane.py). Without that variable every test here is
+skipped with the reason; CI sets it (.ci/run)."""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lockstep_testing.control_plane import (
+    SKIP_REASON,
+    ControlPlane,
+    ControlPlaneError,
+    assets_folder,
+    start_control_plane,
+)
+from lockstep_testing.kubelet import Kubelet
+from lockstep_testing.lockstep_install import Installation, api_path, apply, install_crds, install_lockstep
+
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip = None if assets_folder() else pytest.mark.skip(reason=SKIP_REASON)
+    for item in items:
+        if HERE in Path(str(item.fspath)).resolve().parents:
+            item.add_marker(pytest.mark.envtest)
+            if skip is not None:
+                item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    assets = assets_folder()
+    if assets is None:
+        pytest.skip(SKIP_REASON)
+    with start_control_plane(tmp_path_factory.mktemp("control-plane"), assets) as plane:
+        yield plane
+
+
+@pytest.fixture(scope="session")
+def crds_installed(control_plane: ControlPlane) -> ControlPlane:
+    """The CRDs from crds/ created for real (the chart's copies are kept identical by tests/chart)."""
+    install_crds(control_plane)
+    return control_plane
+
+
+@pytest.fixture
+async def lockstep(control_plane: ControlPlane, tmp_path: Path) -> AsyncIterator[Installation]:
+    """Lockstep installed as the chart installs it, its operator running under the chart's ServiceAccount."""
+    async with install_lockstep(control_plane, tmp_path / "lockstep") as installation:
+        yield installation
+
+
+@pytest.fixture
+async def kubelet(control_plane: ControlPlane, tmp_path: Path) -> AsyncIterator[Kubelet]:
+    async with Kubelet(control_plane, tmp_path / "node").running() as running:
+        yield running
+
+
+@pytest.fixture
+def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace opted in to injection, deleted afterwards."""
+    name = "t-" + secrets.token_hex(4)
+    apply(control_plane, {"apiVersion": "v1", "kind": "Namespace",
+                          "metadata": {"name": name, "labels": {"lockstep.dev/inject": "enabled"}}})
+    wait_until(lambda: _has_default_account(control_plane, name), "the default ServiceAccount")
+    yield name
+    control_plane.call("DELETE", api_path("Namespace", name=name))
+
+
+def _has_default_account(plane: ControlPlane, namespace: str) -> bool:
+    try:
+        plane.call("GET", api_path("ServiceAccount", namespace, "default"))
+    except ControlPlaneError:
+        return False
+    return True
+
+
+def wait_until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
