@@ -17,6 +17,7 @@ warning say so.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -27,6 +28,7 @@ from typing import Any, Protocol
 import jsonpatch
 import kopf
 from kopf._cogs.clients import api as kopf_api  # the operator's own credentials; no second client
+from kopf._cogs.clients import errors as kopf_errors
 from lockstep.operator.events import build_event
 from lockstep.operator.injection import (
     INJECT_LABEL,
@@ -64,8 +66,43 @@ class KopfApiLookup:
         return list(found.get("items") or [])
 
 
+_PENDING_EVENTS: set[asyncio.Task[None]] = set()
+POD_APPEARS_TIMEOUT = 15.0
+
+
 async def post_kopf_api_event(ref: Mapping[str, str], reason: str, message: str) -> None:
-    """Post a Warning Event with the operator's credentials; a failure is logged, never raised."""
+    """Post a Warning Event with the operator's credentials; a failure is logged, never raised.
+
+    A bare pod has no uid while it is admitted, and an Event without one is not shown by ``kubectl
+    describe pod``: such an Event is posted in the background once the API server has stored the pod.
+    """
+    if ref.get("kind") == "Pod" and not ref.get("uid"):
+        task = asyncio.create_task(_post_once_stored(dict(ref), reason, message))
+        _PENDING_EVENTS.add(task)
+        task.add_done_callback(_PENDING_EVENTS.discard)
+        return
+    await _post_event_now(ref, reason, message)
+
+
+async def _post_once_stored(ref: dict[str, str], reason: str, message: str) -> None:
+    deadline = asyncio.get_running_loop().time() + POD_APPEARS_TIMEOUT
+    path = f"/api/v1/namespaces/{ref['namespace']}/pods/{ref['name']}"
+    while asyncio.get_running_loop().time() < deadline:
+        try:
+            pod = await kopf_api.get(path, settings=_api_settings(), logger=logger)
+        except kopf_errors.APINotFoundError:
+            await asyncio.sleep(0.25)  # not stored yet (admission is still running), or refused later
+            continue
+        except Exception as error:  # noqa: BLE001 - an Event is not worth more than a log line
+            logger.warning("Cannot read pod %s/%s for Event %s: %s", ref["namespace"], ref["name"], reason, error)
+            return
+        ref["uid"] = str((pod.get("metadata") or {}).get("uid") or "")
+        await _post_event_now(ref, reason, message)
+        return
+    logger.info("Pod %s/%s was never stored; Event %s not posted", ref["namespace"], ref["name"], reason)
+
+
+async def _post_event_now(ref: Mapping[str, str], reason: str, message: str) -> None:
     try:
         await kopf_api.post(f"/api/v1/namespaces/{ref['namespace']}/events",
                             payload=build_event(ref, "Warning", reason, message),

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from lockstep_testing.control_plane import (
     SKIP_REASON,
     ControlPlane,

@@ -9,11 +9,12 @@ from typing import Any
 
 import pytest
 import yaml
+from lockstep_testing.control_plane import ControlPlane, ControlPlaneError
+from lockstep_testing.lockstep_install import apply
 
 from lockstep.core import Interface
 from lockstep.core.manifest import build_manifest
 from lockstep.core.revision import Revision
-from lockstep_testing.control_plane import ControlPlane, ControlPlaneError
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = [ROOT / "crds" / "mcpserverinterfaces.lockstep.dev.yaml",
@@ -25,8 +26,7 @@ RESOURCES = "/apis/lockstep.dev/v1alpha1/namespaces/default/mcpserverinterfaces"
 @pytest.mark.parametrize("path", SHIPPED, ids=lambda path: str(path.relative_to(ROOT)))
 def test_the_api_server_accepts_the_crd_as_shipped(control_plane: ControlPlane, path: Path) -> None:
     for crd in yaml.safe_load_all(path.read_text()):
-        answer = control_plane.call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions?dryRun=All",
-                                    crd)
+        answer = apply(control_plane, crd, dry_run=True)  # a create, or an update once installed
         assert answer["metadata"]["name"] == crd["metadata"]["name"]
 
 

@@ -268,7 +268,7 @@ class Kubelet:
                     async for line in response.content:
                         if line.strip():
                             await self._on_pod_event(json.loads(line))
-            except (aiohttp.ClientError, asyncio.TimeoutError, ValueError):
+            except (TimeoutError, aiohttp.ClientError, ValueError):
                 await asyncio.sleep(0.2)
 
     async def _on_pod_event(self, event: Mapping[str, Any]) -> None:
@@ -315,7 +315,7 @@ async def _terminate(process: asyncio.subprocess.Process) -> None:
         os.killpg(process.pid, signal.SIGTERM)
     try:
         await asyncio.wait_for(process.wait(), 10)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         await process.wait()
