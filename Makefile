@@ -3,19 +3,33 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 
 .PHONY: setup demo test bench clean
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(BIN)/python:
+	@echo "creating $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]'
+
+# The demo installs Lockstep and the few packages its stand-ins need (no test toolchain), one line a package.
+$(VENV)/.demo-installed: pyproject.toml | $(BIN)/python
+	@echo "installing Lockstep and what the demo needs (about 70 packages, one line each)…"
+	$(BIN)/pip install -e '.[demo]' 2>&1 | grep -E --line-buffered '^(Collecting|Successfully installed|ERROR)' \
+		| sed -u -e 's/^Collecting /  + /' -e 's/^Successfully installed .*/  done./'
 	touch $@
 
-demo: setup  ## the main job on an embedded default: pin, verify and rug-pull the example server
-	$(BIN)/python examples/demo.py
+$(VENV)/.installed: pyproject.toml | $(BIN)/python
+	@echo "installing Lockstep with its test toolchain…"
+	$(BIN)/pip install -e '.[test]' 2>&1 | grep -E --line-buffered '^(Collecting|Successfully installed|ERROR)' \
+		| sed -u -e 's/^Collecting /  + /' -e 's/^Successfully installed .*/  done./'
+	touch $@ $(VENV)/.demo-installed
+
+demo: $(VENV)/.demo-installed  ## the main job: the whole loop on a real control plane (KUBEBUILDER_ASSETS) or kmock
+	$(BIN)/lockstep demo
 
 test: setup  ## the whole test suite (what CI runs)
 	$(BIN)/pytest

@@ -27,6 +27,7 @@ __all__ = ["cli", "main"]
 LAZY_COMMANDS = {
     "operator": ("lockstep.operator.cli", "operator_command", "Run the Lockstep operator (kopf)."),
     "sidecar": ("lockstep.sidecar.cli", "sidecar_command", "Run the sidecar that measures an MCP server."),
+    "demo": ("lockstep.cli.demo", "demo_command", "Run the whole loop on one machine (from a source checkout)."),
 }
 
 
