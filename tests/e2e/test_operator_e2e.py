@@ -75,6 +75,7 @@ def test_rug_pull_is_isolated_and_approval_restores(kube_api: Any, e2e_namespace
 
     core = kubernetes.client.CoreV1Api(kube_api)
     custom = kubernetes.client.CustomObjectsApi(kube_api)
+    discovery = kubernetes.client.DiscoveryV1Api(kube_api)
     namespace = e2e_namespace
 
     def resource() -> dict[str, Any]:
@@ -100,8 +101,10 @@ def test_rug_pull_is_isolated_and_approval_restores(kube_api: Any, e2e_namespace
         return any(c.type == "Ready" and c.status == "True" for c in (pod.status.conditions or [])) if pod else False
 
     def ready_endpoints() -> int:
-        endpoints = core.read_namespaced_endpoints("weather", namespace)
-        return sum(len(subset.addresses or []) for subset in endpoints.subsets or [])
+        """Ready endpoints of the Service, from its EndpointSlices (v1 Endpoints is deprecated since 1.33)."""
+        slices = discovery.list_namespaced_endpoint_slice(namespace, label_selector="kubernetes.io/service-name=weather")
+        return sum(1 for item in slices.items for endpoint in item.endpoints or []
+                   if endpoint.conditions is not None and endpoint.conditions.ready)
 
     custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, _interface(namespace))
     kubernetes.utils.create_from_dict(kube_api, {"apiVersion": "v1", "kind": "List", "items": _objects(namespace)},
@@ -124,9 +127,13 @@ def test_rug_pull_is_isolated_and_approval_restores(kube_api: Any, e2e_namespace
     assert verdict() == ("True", "Verified")
 
     # The rug pull: the running server changes its tool description.
-    stream(core.connect_get_namespaced_pod_exec, the_pod().metadata.name, namespace, container="mcp",
-           command=["python", "-c", f"open('/data/description', 'w').write({POISON!r})"],
-           stderr=True, stdin=False, stdout=True, tty=False)
+    # An exec that returns nothing changed nothing (the client's stream() does not raise when no kubelet
+    # answers): the command reads the file back and prints a marker only if the write took.
+    written = stream(core.connect_get_namespaced_pod_exec, the_pod().metadata.name, namespace, container="mcp",
+                     command=["python", "-c", (f"p = '/data/description'; open(p, 'w').write({POISON!r}); "
+                                              f"print('rug-pull-written' if open(p).read() == {POISON!r} else 'no')")],
+                     stderr=True, stdin=False, stdout=True, tty=False)
+    assert "rug-pull-written" in (written or ""), f"the exec into the pod did not change the server: {written!r}"
     eventually(lambda: verdict() == ("False", "InterfaceChanged"), "the drift to be detected")
     eventually(lambda: not pod_ready(), "the pod to become NotReady")
     eventually(lambda: ready_endpoints() == 0, "the pod to leave the Service's endpoints")
