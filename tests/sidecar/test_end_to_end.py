@@ -94,8 +94,14 @@ async def test_pod_selected_by_no_interface_is_held_out_with_an_event(cluster: C
     assert {"conditionType": GATE} in pod["spec"]["readinessGates"]
     [sidecar] = pod["spec"]["initContainers"]
     assert "LOCKSTEP_INTERFACE" not in {variable["name"] for variable in sidecar["env"]}
+    # A bare pod has no uid during admission: the Event waits until the API server has stored it,
+    # so that it carries the uid (kubectl describe pod finds Events by uid).
+    assert cluster.events("InterfaceNotFound") == []
+    pod["metadata"].update(uid="uid-stray-0", resourceVersion="1")
+    await cluster.create(f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
     [event] = await eventually(lambda: cluster.events("InterfaceNotFound"), what="the Event")
     assert event["type"] == "Warning" and event["involvedObject"]["name"] == "stray-0"
+    assert event["involvedObject"]["uid"] == "uid-stray-0"
     assert "no MCPServerInterface selects it" in event["message"]
     async with httpx2.AsyncClient() as client:
         metrics = (await client.get(f"http://127.0.0.1:{cluster.operator.metrics_port}/metrics")).text
