@@ -218,7 +218,7 @@ async def _until(check: object, timeout: float = TRIAL_TIMEOUT) -> None:
 
 
 def print_row(name: str, step: str, values: list[float]) -> None:
-    print(f"{name:<22} {step:<22} {percentile(values, .5) * 1e3:9.1f} {percentile(values, .95) * 1e3:9.1f} "
+    print(f"{name:<22} {step:<26} {percentile(values, .5) * 1e3:9.1f} {percentile(values, .95) * 1e3:9.1f} "
           f"{max(values) * 1e3:9.1f} {statistics.fmean(values) * 1e3:9.1f}")
 
 
@@ -234,7 +234,7 @@ async def main(trials: int, interval: float, backend: str) -> None:
     print(f"rug pull -> pod cut out of its Service, {trials} trials per series")
     print("('sidecar measured': the sidecar has read and digested the new interface; 'condition False':")
     print(" the report over HTTPS, TokenReview, judging and the pod status patch are done)")
-    print(f"{'series':<22} {'step':<22} {'p50 ms':>9} {'p95 ms':>9} {'max ms':>9} {'mean ms':>9}")
+    print(f"{'series':<22} {'step':<26} {'p50 ms':>9} {'p95 ms':>9} {'max ms':>9} {'mean ms':>9}")
     for name, pairs in kmock_rows:
         print_row(name, "kmock: sidecar measured", [a for a, _ in pairs])
         print_row(name, "kmock: condition False", [b for _, b in pairs])

@@ -83,7 +83,6 @@ async def labelling_webhook(tmp_path: Path) -> AsyncIterator[tuple[int, str, lis
         return web.json_response({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
                                   "response": response})
 
-    (tmp_path / "stamp").mkdir()
     certificates = make_certificates(tmp_path / "stamp")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(str(certificates.cert_file), str(certificates.key_file))

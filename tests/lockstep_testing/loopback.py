@@ -72,7 +72,8 @@ class Certificates:
 
 
 def make_certificates(folder: Path) -> Certificates:
-    """A CA and a server certificate for 127.0.0.1, signed by it."""
+    """A CA and a server certificate for 127.0.0.1, signed by it, written into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "lockstep test CA")])
