@@ -14,6 +14,12 @@ pod's condition is written. Usage::
 
     python bench/operator.py                       # N=100,M=10 and N=1000,M=10 at 200 reports/s
     python bench/operator.py --sizes 100x10 --rate 300 --seconds 5
+    python bench/operator.py --backend both         # also on a real control plane (KUBEBUILDER_ASSETS)
+
+With ``--backend real`` the API is a real kube-apiserver + etcd + kube-controller-manager: the
+resources and pods are created through it, each reporting pod's token comes from the TokenRequest API
+bound to the pod, TokenReviews are real, and "API CPU" is kube-apiserver + etcd. The operator uses the
+admin kubeconfig there (tests/envtest proves the chart's RBAC is enough).
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import aiohttp
 import kmock
@@ -119,14 +125,7 @@ async def create_all(emulator: Any, bodies: Sequence[dict[str, Any]], path: str)
 
 
 @contextlib.asynccontextmanager
-async def operator_process(emulator: Any, folder: Path, report_port: int, metrics_port: int) -> AsyncIterator[int]:
-    kubeconfig = folder / "kubeconfig"
-    kubeconfig.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
-        "clusters": [{"name": "kmock", "cluster": {"server": str(emulator.url).rstrip("/")}}],
-        "users": [{"name": "bench", "user": {"token": "bench"}}],
-        "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "bench", "namespace": NAMESPACE}}],
-    }))
+async def operator_process(kubeconfig: Path, folder: Path, report_port: int, metrics_port: int) -> AsyncIterator[int]:
     tls = make_tls_files(folder)
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     launcher = folder / "operator_main.py"
@@ -266,38 +265,165 @@ async def bench(resources: int, replicas: int, rate: float, seconds: float) -> t
         count = min(resources * replicas, int(rate * seconds))
         chosen = [(i % resources, i // resources) for i in range(count)]  # spread over every resource
         pod_tokens = [tokens.issue(NAMESPACE, f"server-{i}-{r}", f"uid-server-{i}-{r}") for i, r in chosen]
-        clean = {i: report_body(i, False) for i in range(resources)}
-        drifted = {i: report_body(i, True) for i in range(resources)}
-        spawn = multiprocessing.get_context("spawn")
-        with tempfile.TemporaryDirectory() as folder, ProcessPoolExecutor(1, mp_context=spawn) as load:
-            await asyncio.get_running_loop().run_in_executor(load, own_cpu)  # start it before the load
-            report_port, metrics_port = free_port(), free_port()
-            async with operator_process(emulator, Path(folder), report_port, metrics_port) as pid:
-                context = ssl.create_default_context(cafile=str(Path(folder) / "tls.crt"))  # for the probes
-                url = f"https://127.0.0.1:{report_port}/v1/reports"
-                phases = []
-                for name, bodies in (("first", clean), ("drift", drifted), ("steady", drifted)):
-                    targets = [(token, bodies[i]) for token, (i, _) in zip(pod_tokens, chosen)]
-                    operator_before, own_before = process_cpu(pid), own_cpu()
-                    server_before = await report_seconds(metrics_port)
-                    api_latencies: list[float] = []
-                    loop_latencies: list[float] = []
-                    probes = [asyncio.create_task(probe_api(emulator, api_latencies)),
-                              asyncio.create_task(probe_ready(report_port, context, loop_latencies))]
-                    phase, client_cpu = await asyncio.get_running_loop().run_in_executor(
-                        load, load_in_process, name, targets, url, rate, str(Path(folder) / "tls.crt"))
-                    phase.client_cpu = client_cpu
-                    for probe in probes:
-                        probe.cancel()
-                    phase.api_latencies, phase.loop_latencies = api_latencies, loop_latencies
-                    phase.operator_cpu = process_cpu(pid) - operator_before
-                    phase.emulator_cpu = own_cpu() - own_before
-                    phase.server_seconds = await report_seconds(metrics_port) - server_before
-                    phases.append(phase)
-                    await asyncio.sleep(1)
-                rss = peak_rss_mb(pid)
+        with tempfile.TemporaryDirectory() as folder:
+            kubeconfig = Path(folder) / "kubeconfig"
+            kubeconfig.write_text(json.dumps({
+                "apiVersion": "v1", "kind": "Config", "current-context": "kmock",
+                "clusters": [{"name": "kmock", "cluster": {"server": str(emulator.url).rstrip("/")}}],
+                "users": [{"name": "bench", "user": {"token": "bench"}}],
+                "contexts": [{"name": "kmock", "context": {"cluster": "kmock", "user": "bench",
+                                                            "namespace": NAMESPACE}}]}))
+            phases, rss = await run_phases(kubeconfig, Path(folder), resources, chosen, pod_tokens, rate,
+                                           api_probe=lambda latencies: probe_api(emulator, latencies),
+                                           api_pids=None)
         writes = emulator.pod_status_writes
     return phases, rss, writes
+
+
+async def run_phases(kubeconfig: Path, folder: Path, resources: int, chosen: Sequence[tuple[int, int]],
+                     pod_tokens: Sequence[str], rate: float, *, api_probe: Any,
+                     api_pids: Sequence[int] | None) -> tuple[list[Phase], float]:
+    """The operator as its own process, then the three phases of load from a second process. The API's
+    CPU is this process's (kmock runs here) or that of ``api_pids`` (a real control plane)."""
+    clean = {i: report_body(i, False) for i in range(resources)}
+    drifted = {i: report_body(i, True) for i in range(resources)}
+
+    def api_cpu() -> float:
+        return sum(process_cpu(pid) for pid in api_pids) if api_pids else own_cpu()
+
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(1, mp_context=spawn) as load:
+        await asyncio.get_running_loop().run_in_executor(load, own_cpu)  # start it before the load
+        report_port, metrics_port = free_port(), free_port()
+        async with operator_process(kubeconfig, folder, report_port, metrics_port) as pid:
+            context = ssl.create_default_context(cafile=str(folder / "tls.crt"))  # for the probes
+            url = f"https://127.0.0.1:{report_port}/v1/reports"
+            phases = []
+            for name, bodies in (("first", clean), ("drift", drifted), ("steady", drifted)):
+                targets = [(token, bodies[i]) for token, (i, _) in zip(pod_tokens, chosen)]
+                operator_before, api_before = process_cpu(pid), api_cpu()
+                server_before = await report_seconds(metrics_port)
+                api_latencies: list[float] = []
+                loop_latencies: list[float] = []
+                probes = [asyncio.create_task(api_probe(api_latencies)),
+                          asyncio.create_task(probe_ready(report_port, context, loop_latencies))]
+                phase, client_cpu = await asyncio.get_running_loop().run_in_executor(
+                    load, load_in_process, name, targets, url, rate, str(folder / "tls.crt"))
+                phase.client_cpu = client_cpu
+                for probe in probes:
+                    probe.cancel()
+                phase.api_latencies, phase.loop_latencies = api_latencies, loop_latencies
+                phase.operator_cpu = process_cpu(pid) - operator_before
+                phase.emulator_cpu = api_cpu() - api_before
+                phase.server_seconds = await report_seconds(metrics_port) - server_before
+                phases.append(phase)
+                await asyncio.sleep(1)
+            rss = peak_rss_mb(pid)
+    return phases, rss
+
+
+async def bench_real(resources: int, replicas: int, rate: float, seconds: float) -> tuple[list[Phase], float, int]:
+    """The same three phases against a real control plane."""
+    from lockstep_testing.control_plane import assets_folder, start_control_plane
+    from lockstep_testing.lockstep_install import install_crds
+
+    assets = assets_folder()
+    if assets is None:
+        raise SystemExit("--backend real needs KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager)")
+    with tempfile.TemporaryDirectory() as folder, start_control_plane(Path(folder) / "plane", assets) as plane:
+        install_crds(plane)
+        api = RealApi(plane)
+        async with api:
+            await api.create("/api/v1/namespaces", [{"apiVersion": "v1", "kind": "Namespace",
+                                                     "metadata": {"name": NAMESPACE}}])
+            await api.create(f"/apis/lockstep.dev/v1alpha1/namespaces/{NAMESPACE}/mcpserverinterfaces",
+                             [_real(resource(i)) for i in range(resources)])
+            pods = [_real(pod(i, r)) for i in range(resources) for r in range(replicas)]
+            await api.create(f"/api/v1/namespaces/{NAMESPACE}/pods", [*pods, _real(pod(-1, 0), name="probe")])
+            uids = await api.uids(f"/api/v1/namespaces/{NAMESPACE}/pods")
+        count = min(resources * replicas, int(rate * seconds))
+        chosen = [(i % resources, i // resources) for i in range(count)]
+        gate = asyncio.Semaphore(16)
+
+        async def token(name: str) -> str:
+            async with gate:
+                return await asyncio.to_thread(plane.request_token, NAMESPACE, "default", audience="lockstep.dev",
+                                               pod=(name, uids[name]))
+
+        await _wait_account(plane)
+        pod_tokens = await asyncio.gather(*(token(f"server-{i}-{r}") for i, r in chosen))
+        phases, rss = await run_phases(plane.kubeconfig, Path(folder), resources, chosen, pod_tokens, rate,
+                                       api_probe=lambda latencies: api.probe(latencies),
+                                       api_pids=[process.popen.pid for process in plane._processes[:2]])
+    return phases, rss, -1
+
+
+def _real(body: dict[str, Any], name: str | None = None) -> dict[str, Any]:
+    """A kmock-style object made valid for a real API server (it assigns uid and versions itself)."""
+    body = json.loads(json.dumps(body))
+    for key in ("uid", "generation", "resourceVersion"):
+        body["metadata"].pop(key, None)
+    if name:
+        body["metadata"]["name"] = name
+    body.pop("status", None)
+    if body["kind"] == "Pod":
+        body["spec"] = {"containers": [{"name": "server", "image": "example.com/mcp:1"}],
+                        "readinessGates": [{"conditionType": "lockstep.dev/interface-verified"}]}
+    return body
+
+
+async def _wait_account(plane: Any) -> None:
+    from lockstep_testing.control_plane import ControlPlaneError
+
+    for _ in range(300):
+        with contextlib.suppress(ControlPlaneError):
+            await asyncio.to_thread(plane.call, "GET", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default")
+            return
+        await asyncio.sleep(0.1)
+    raise RuntimeError("no default ServiceAccount in the bench namespace")
+
+
+class RealApi:
+    """Admin requests to the real API server (objects in bulk, and the PATCH probe)."""
+
+    def __init__(self, plane: Any) -> None:
+        self.plane = plane
+        self.session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> Self:
+        self.session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self.plane.ssl_context(), limit=32))
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self.session is not None
+        await self.session.close()
+
+    async def create(self, path: str, bodies: Sequence[dict[str, Any]]) -> None:
+        assert self.session is not None
+        gate = asyncio.Semaphore(32)
+
+        async def one(body: dict[str, Any]) -> None:
+            async with gate, self.session.post(self.plane.server + path, json=body) as response:  # type: ignore[union-attr]
+                assert response.status < 300, await response.text()
+
+        await asyncio.gather(*(one(body) for body in bodies))
+
+    async def uids(self, path: str) -> dict[str, str]:
+        assert self.session is not None
+        async with self.session.get(self.plane.server + path) as response:
+            listed = await response.json()
+        return {item["metadata"]["name"]: item["metadata"]["uid"] for item in listed["items"]}
+
+    async def probe(self, latencies: list[float]) -> None:
+        path = f"{self.plane.server}/api/v1/namespaces/{NAMESPACE}/pods/probe/status"
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self.plane.ssl_context())) as session:
+            while True:
+                started = time.perf_counter()
+                async with session.patch(path, data=json.dumps({"metadata": {"labels": {"t": str(len(latencies))}}}),
+                                         headers={"Content-Type": "application/merge-patch+json"}) as response:
+                    await response.read()
+                latencies.append(time.perf_counter() - started)
+                await asyncio.sleep(0.02)
 
 
 def free_port() -> int:
@@ -313,16 +439,22 @@ def main() -> None:
     parser.add_argument("--sizes", default="100x10,1000x10", help="NxM pairs: resources x pods per resource")
     parser.add_argument("--rate", type=float, default=200.0, help="reports per second sent")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each phase")
+    parser.add_argument("--backend", choices=["kmock", "real", "both"], default="kmock",
+                        help="the emulated API (default), a real control plane (KUBEBUILDER_ASSETS), or both")
     args = parser.parse_args()
-    header = ["N x M", "phase", "sent", "202", "reports/s", "p50 ms", "p99 ms", "operator CPU",
-              "kmock CPU", "client CPU", "in operator ms", "API PATCH ms", "/readyz ms", "peak RSS MB", "pod writes"]
+    header = ["API", "N x M", "phase", "sent", "202", "reports/s", "p50 ms", "p99 ms", "operator CPU",
+              "API CPU", "client CPU", "in operator ms", "API PATCH ms", "/readyz ms", "peak RSS MB", "pod writes"]
     rows = []
-    for size in args.sizes.split(","):
-        resources, replicas = (int(part) for part in size.split("x"))
-        phases, rss, writes = asyncio.run(bench(resources, replicas, args.rate, args.seconds))
-        for index, phase in enumerate(phases):
-            rows.append([size if index == 0 else "", *phase.row(),
-                         f"{rss:.0f}" if index == 0 else "", str(writes) if index == 0 else ""])
+    backends = {"kmock": ["kmock"], "real": ["real"], "both": ["kmock", "real"]}[args.backend]
+    for backend in backends:
+        for size in args.sizes.split(","):
+            resources, replicas = (int(part) for part in size.split("x"))
+            run = bench if backend == "kmock" else bench_real
+            phases, rss, writes = asyncio.run(run(resources, replicas, args.rate, args.seconds))
+            for index, phase in enumerate(phases):
+                first = index == 0
+                rows.append([backend if first else "", size if first else "", *phase.row(),
+                             f"{rss:.0f}" if first else "", (str(writes) if writes >= 0 else "-") if first else ""])
     widths = [max(len(str(row[column])) for row in [header, *rows]) for column in range(len(header))]
     print(f"rate {args.rate:.0f} reports/s, {args.seconds:.0f} s per phase; latency = report sent -> 202 "
           "(answered after the pod condition is written); CPU in % of one core")
