@@ -153,17 +153,30 @@ class ClusterCache:
     def selecting(self, pod: PodRecord) -> list[ResourceRecord]:
         """The resources that select ``pod``: the one its binding annotation names, else every
         resource whose selector matches its labels (two or more is a conflict)."""
-        bound = pod.annotations.get(BINDING_ANNOTATION)
-        if bound:
-            record = self.resource(pod.namespace, bound)
-            return [record] if record else []
         by_label = self._resources_by_label.get(pod.namespace, {})
         names = set(self._resources_by_expression.get(pod.namespace, ()))
         for pair in pod.labels.items():
             names |= by_label.get(pair, set())
         bucket = self._resources.get(pod.namespace, {})
-        return [bucket[name] for name in sorted(names)
-                if name in bucket and selector_matches(bucket[name].policy.selector, pod.labels)]
+        selected = [bucket[name] for name in sorted(names)
+                    if name in bucket and selector_matches(bucket[name].policy.selector, pod.labels)]
+        bound = pod.annotations.get(BINDING_ANNOTATION)
+        if not bound:
+            return selected
+        record = self.resource(pod.namespace, bound)
+        if record is None:
+            return []
+        # The annotation may not choose a weaker interface than the pod's labels select (annotations can
+        # change after admission): a stricter one that selects the pod makes it a conflict (fail closed).
+        return [record, *(other for other in selected if other is not record and _stricter(other, record))]
+
+    def _label_selection_applies(self, pod: PodRecord, record: ResourceRecord | None) -> bool:
+        """A pod bound by annotation is still selected by the labels of a stricter interface."""
+        bound = pod.annotations.get(BINDING_ANNOTATION)
+        if not bound:
+            return True
+        chosen = self.resource(pod.namespace, bound)
+        return record is not None and chosen is not None and chosen is not record and _stricter(record, chosen)
 
     def selected_pods(self, namespace: str, name: str, selector: Mapping[str, Any] | None = None) -> list[PodRecord]:
         """The pods of ``namespace`` that the resource selects (by its selector or their annotation);
@@ -178,10 +191,14 @@ class ClusterCache:
         else:
             candidates = bucket.keys()
         selected = [bucket[pod] for pod in candidates if pod in bucket
-                    and not bucket[pod].annotations.get(BINDING_ANNOTATION)
+                    and self._label_selection_applies(bucket[pod], record)
                     and selector_matches(wanted, bucket[pod].labels)]
         bound = [bucket[pod] for pod in self._pods_by_binding.get(namespace, {}).get(name, set()) if pod in bucket]
         return sorted(selected + bound, key=lambda pod: pod.name)
+
+
+def _stricter(record: ResourceRecord, than: ResourceRecord) -> bool:
+    return any(mine > theirs for mine, theirs in zip(record.policy.strictness, than.policy.strictness))
 
 
 def _discard(index: dict[Any, set[str]], key: Any, name: str) -> None:

@@ -67,13 +67,17 @@ def _json_object(ctx: click.Context, param: click.Parameter, value: str | None) 
               show_default=True, envvar="LOCKSTEP_TOKEN_EXPIRATION", help="Lifetime of sidecar tokens (seconds).")
 @click.option("--own-namespace", default="", envvar="LOCKSTEP_OWN_NAMESPACE",
               help="The operator's namespace (never injected).")
+@click.option("--allow-opt-out", "allow_opt_out", multiple=True, envvar="LOCKSTEP_ALLOW_OPT_OUT",
+              help="Opted-in namespace where pods may opt out with lockstep.dev/inject=disabled (repeatable; "
+                   "'*' for all). By default none may.")
 @click.option("-v", "--verbose", is_flag=True, envvar="LOCKSTEP_VERBOSE", help="Log at debug level.")
 def operator_command(namespaces: Sequence[str], report_port: int, tls_cert: str | None, tls_key: str | None,
                      metrics_port: int, health_port: int, webhook_port: int, body_limit: int,
                      rate_per_pod: float, rate_burst: int, observed_configmap_limit: int,
                      observed_configmap_size_limit: int, peering_name: str | None, sidecar_image: str,
                      sidecar_resources: dict[str, Any], report_url: str, operator_ca_path: str | None,
-                     token_expiration_seconds: int, own_namespace: str, verbose: bool) -> None:
+                     token_expiration_seconds: int, own_namespace: str, allow_opt_out: Sequence[str],
+                     verbose: bool) -> None:
     """Run the Lockstep operator: the report endpoint, judging, status, Events, metrics and webhooks.
 
     \b
@@ -96,5 +100,6 @@ def operator_command(namespaces: Sequence[str], report_port: int, tls_cert: str 
         peering_name=peering_name, sidecar_image=sidecar_image, sidecar_resources=sidecar_resources,
         report_url=report_url, operator_ca_path=operator_ca_path,
         token_expiration_seconds=token_expiration_seconds, own_namespace=own_namespace,
+        allow_opt_out=tuple(name for entry in allow_opt_out for name in entry.split()),
     )
     asyncio.run(LockstepOperator(config).run())

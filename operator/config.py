@@ -54,6 +54,8 @@ class OperatorConfig:
     operator_ca_path: str | None = None
     token_expiration_seconds: int = 3600
     own_namespace: str = ""
+    #: Namespaces where a pod may opt out of injection with lockstep.dev/inject=disabled ("*": all).
+    allow_opt_out: tuple[str, ...] = ()
 
     @property
     def tls_enabled(self) -> bool:

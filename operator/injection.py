@@ -39,10 +39,12 @@ __all__ = [
     "BindingError",
     "SidecarSettings",
     "parse_duration",
+    "plan_injection",
+    "planned_sidecar",
+    "planned_token_volume",
     "probe_interval",
     "probe_stale_after",
     "probe_timeout",
-    "plan_injection",
     "selector_matches",
 ]
 
@@ -170,6 +172,17 @@ def plan_injection(pod: Mapping[str, Any], settings: SidecarSettings, binding: B
     ops += _append_ops(spec, "volumes", volumes)
     ops += _append_ops(spec, "initContainers", sidecars)
     return ops
+
+
+def planned_sidecar(pod: Mapping[str, Any], settings: SidecarSettings, binding: Binding) -> dict[str, Any]:
+    """The exact sidecar container Lockstep injects into ``pod`` (planned as if none were there)."""
+    spec = dict(pod.get("spec") or {})
+    spec["initContainers"] = [c for c in spec.get("initContainers") or [] if c.get("name") != SIDECAR_NAME]
+    return _sidecar_container(spec, settings, binding)
+
+
+def planned_token_volume(settings: SidecarSettings) -> dict[str, Any]:
+    return _token_volume(settings)
 
 
 def _append_ops(spec: Mapping[str, Any], key: str, items: Sequence[Any]) -> list[JSONPatchOp]:

@@ -109,6 +109,11 @@ class Policy:
     #: Why (part of) the spec is unusable: shown as the Stalled condition.
     problems: tuple[str, ...] = ()
 
+    @property
+    def strictness(self) -> tuple[int, int]:
+        """(enforcement, approval), higher is stricter: Isolate over Audit, Manual over FirstSeen."""
+        return (int(self.enforcement is Enforcement.ISOLATE), int(self.approval is Approval.MANUAL))
+
     @classmethod
     def from_resource(cls, body: Mapping[str, Any]) -> Policy:
         metadata = body.get("metadata") or {}

@@ -29,6 +29,13 @@ import jsonpatch
 import kopf
 from kopf._cogs.clients import api as kopf_api  # the operator's own credentials; no second client
 from kopf._cogs.clients import errors as kopf_errors
+from lockstep.operator.admission_policy import (
+    AdmissionPolicy,
+    opted_out,
+    update_violations,
+    violations,
+    weaker_than,
+)
 from lockstep.operator.events import build_event
 from lockstep.operator.injection import (
     INJECT_LABEL,
@@ -37,6 +44,8 @@ from lockstep.operator.injection import (
     BindingError,
     SidecarSettings,
     plan_injection,
+    planned_sidecar,
+    planned_token_volume,
     selector_matches,
 )
 
@@ -45,6 +54,7 @@ __all__ = ["InterfaceLookup", "KopfApiLookup", "Resolution", "register_webhooks"
 logger = logging.getLogger(__name__)
 
 WEBHOOK_ID = "mutate-pods"  # kopf serves it at /mutate-pods
+VALIDATE_ID = "validate-pods"  # pod UPDATEs and ephemeral containers, at /validate-pods
 ALWAYS_EXCLUDED_NAMESPACES = frozenset({"kube-system"})
 GROUP, VERSION, PLURAL = "lockstep.dev", "v1alpha1", "mcpserverinterfaces"
 
@@ -138,6 +148,13 @@ def resolve_binding(pod: Mapping[str, Any], interfaces: Sequence[Mapping[str, An
         if named not in by_name:
             return Resolution(Binding(), f"its annotation {INTERFACE_ANNOTATION} names {named!r}, "
                                          f"which does not exist in this namespace", "InterfaceNotFound")
+        labels = metadata.get("labels") or {}
+        stricter = weaker_than(by_name[named], [item for item in by_name.values()
+                                                if selector_matches((item.get("spec") or {}).get("selector"), labels)])
+        if stricter:
+            return Resolution(Binding(interface=named), f"its annotation {INTERFACE_ANNOTATION} names {named!r}, "
+                              f"which is less strict than {', '.join(stricter)} that its labels select (an "
+                              "annotation may not choose a weaker interface)", "InterfaceWeaker")
         return _bind(by_name[named])
     labels = metadata.get("labels") or {}
     selecting = sorted(name for name, item in by_name.items()
@@ -203,31 +220,58 @@ def register_webhooks(registry: kopf.OperatorRegistry, config: Any, *,
         if metrics is not None:
             metrics.webhook_requests.labels("mutate", outcome).inc()
 
+    def count_update(outcome: str) -> None:
+        if metrics is not None:
+            metrics.webhook_requests.labels("validate-pods", outcome).inc()
+
     @kopf.on.mutate("v1", "pods", id=WEBHOOK_ID, operations=["CREATE"], registry=registry)
     async def inject_sidecar(body: kopf.Body, patch: kopf.Patch, warnings: list[str],
                              dryrun: bool, **_: Any) -> None:
         pod = dict(body)
         namespace = str((pod.get("metadata") or {}).get("namespace") or "")
-        skip = _skip_reason(pod, namespace, excluded)
-        if skip:
-            logger.debug("Not injecting pod %s/%s: %s", namespace, _pod_name(pod), skip)
+        if namespace in excluded:
+            logger.debug("Not injecting pod %s/%s: namespace %s is never injected", namespace, _pod_name(pod),
+                         namespace)
             count("skipped")
             return
+        if opted_out(pod):
+            if AdmissionPolicy(frozenset(getattr(config, "allow_opt_out", ()) or ())).may_opt_out(namespace):
+                count("skipped")
+                return
+            count("refused")
+            raise kopf.AdmissionError(
+                f"Lockstep: pods in namespace {namespace} may not opt out ({INJECT_LABEL}=disabled); the platform "
+                "allows it per namespace (chart value webhook.allowOptOut)", code=403)
         try:
             settings = sidecar_settings(config)
-            if not plan_injection(pod, settings, Binding()):  # injected already: nothing to look up
-                count("unchanged")
-                return
             interfaces = await find_interfaces(namespace)
         except Exception as error:  # noqa: BLE001  # any failure refuses the pod; its controller retries
             count("refused")
             raise kopf.AdmissionError(f"Lockstep cannot inject the sidecar: {error}", code=503) from None
         resolution = resolve_binding(pod, interfaces)
-        ops = _plan(pod, settings, resolution, warnings)
+        ops, binding = _plan(pod, settings, resolution, warnings)
+        problems = violations(pod, planned_sidecar=planned_sidecar(pod, settings, binding),
+                              planned_token_volume=planned_token_volume(settings))
+        if resolution.reason == "InterfaceWeaker":
+            problems.insert(0, resolution.problem)
+        if problems:
+            count("refused")
+            raise kopf.AdmissionError("Lockstep refuses this pod: " + "; ".join(problems), code=403)
+        if not ops:  # injected already (a reinvocation): exactly what Lockstep injects, checked above
+            count("unchanged")
+            return
         patch.fns.append(lambda raw: jsonpatch.apply_patch(raw, ops, in_place=True))
         count("injected")
         if resolution.problem:
             await _warn(pod, namespace, resolution, warnings, None if dryrun else post_event)
+
+    @kopf.on.validate("v1", "pods", id=VALIDATE_ID, operations=["UPDATE"], subresource="*", registry=registry)
+    async def guard_pod_update(body: kopf.Body, old: Any, **_: Any) -> None:
+        """A pod UPDATE (or a new ephemeral container) may not change or reach into the sidecar."""
+        problems = update_violations(dict(old or {}), dict(body))
+        count_update("refused" if problems else "allowed")
+        if problems:
+            raise kopf.AdmissionError("Lockstep refuses this change: " + "; ".join(problems), code=403)
 
 
 async def _warn(pod: Mapping[str, Any], namespace: str, resolution: Resolution, warnings: list[str],
@@ -244,21 +288,13 @@ async def _warn(pod: Mapping[str, Any], namespace: str, resolution: Resolution, 
 
 
 def _plan(pod: Mapping[str, Any], settings: SidecarSettings, resolution: Resolution,
-          warnings: list[str]) -> list[dict[str, Any]]:
+          warnings: list[str]) -> tuple[list[dict[str, Any]], Binding]:
     try:
-        return plan_injection(pod, settings, resolution.binding)
+        return plan_injection(pod, settings, resolution.binding), resolution.binding
     except BindingError as error:  # a named port the pod lacks: measure the default port, fail closed
         warnings.append(f"Lockstep: {error}; the sidecar probes the default endpoint")
-        return plan_injection(pod, settings, Binding(interface=resolution.binding.interface))
-
-
-def _skip_reason(pod: Mapping[str, Any], namespace: str, excluded: frozenset[str]) -> str:
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    if labels.get(INJECT_LABEL) == "disabled":
-        return f"the pod is labelled {INJECT_LABEL}=disabled"
-    if namespace in excluded:
-        return f"namespace {namespace} is never injected"
-    return ""
+        fallback = Binding(interface=resolution.binding.interface)
+        return plan_injection(pod, settings, fallback), fallback
 
 
 def _pod_name(pod: Mapping[str, Any]) -> str:

@@ -46,7 +46,7 @@ OPTED_OUT = {"lockstep.dev/inject": "disabled"}
 
 @pytest.mark.parametrize("namespace, namespace_labels, pod_labels, injected", [
     ("agents", OPTED_IN, {"app": "weather"}, True),
-    ("agents", OPTED_IN, OPTED_OUT, False),
+    ("agents", OPTED_IN, OPTED_OUT, True),  # sent: the operator refuses it unless webhook.allowOptOut allows
     ("tools", {}, OPTED_IN, True),
     ("tools", {}, {"app": "x"}, False),
     ("tools", {}, OPTED_OUT, False),
@@ -65,9 +65,12 @@ def test_watch_namespaces_limit_the_webhooks(render: Render) -> None:
     mutating = one(objects, "MutatingWebhookConfiguration")
     assert webhooks_called(mutating, "tools", OPTED_IN, {})
     assert not webhooks_called(mutating, "elsewhere", OPTED_IN, {})
-    validating = one(objects, "ValidatingWebhookConfiguration")["webhooks"][0]
-    assert selector_matches(validating["namespaceSelector"], {"kubernetes.io/metadata.name": "agents"})
-    assert not selector_matches(validating["namespaceSelector"], {"kubernetes.io/metadata.name": "other"})
+    for validating in one(objects, "ValidatingWebhookConfiguration")["webhooks"]:
+        opted = {"kubernetes.io/metadata.name": "agents", **OPTED_IN}
+        assert selector_matches(validating["namespaceSelector"], opted) or \
+            selector_matches(validating["namespaceSelector"], {"kubernetes.io/metadata.name": "agents"})
+        assert not selector_matches(validating["namespaceSelector"], {"kubernetes.io/metadata.name": "other",
+                                                                      **OPTED_IN})
 
 
 def test_webhook_paths_are_the_ones_kopf_serves_for_the_operators_handlers(render: Render) -> None:
@@ -75,9 +78,12 @@ def test_webhook_paths_are_the_ones_kopf_serves_for_the_operators_handlers(rende
     mutate_paths = {h["clientConfig"]["service"]["path"] for h in one(objects, "MutatingWebhookConfiguration")["webhooks"]}
     validate = one(objects, "ValidatingWebhookConfiguration")["webhooks"]
     assert mutate_paths == {f"/{webhooks.WEBHOOK_ID}"}  # kopf routes POST /{handler id}
-    assert [h["clientConfig"]["service"]["path"] for h in validate] == [f"/{validation.WEBHOOK_ID}"]
-    rules = validate[0]["rules"][0]
+    paths = [h["clientConfig"]["service"]["path"] for h in validate]
+    assert paths == [f"/{webhooks.VALIDATE_ID}"] * 2 + [f"/{validation.WEBHOOK_ID}"]
+    rules = validate[-1]["rules"][0]
     assert (rules["apiGroups"], rules["resources"]) == ([validation.GROUP], [validation.PLURAL])
+    pod_rules = validate[0]["rules"][0]
+    assert (pod_rules["operations"], pod_rules["resources"]) == (["UPDATE"], ["pods", "pods/ephemeralcontainers"])
 
 
 def test_webhooks_fail_closed_without_side_effects_by_default(render: Render) -> None:

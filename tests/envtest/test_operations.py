@@ -248,6 +248,9 @@ async def test_two_replicas_with_peering_one_serves_and_the_standby_takes_over(
             standby_client = Sidecar(f"https://127.0.0.1:{standby.report_port}", token,
                                      sidecar_client(lockstep, tmp_path, token).tls)
             await eventually(lambda: leader.operator.report_server.serving(), 30, "leader serving")  # type: ignore[union-attr]
+            # Each replica reads the peering object every few seconds before it stands by.
+            await eventually(lambda: not standby.operator.report_server.serving(), 30,  # type: ignore[union-attr]
+                             "the lower-priority replica standing by")
             status, _ = await standby_client.post(report)
             assert status == 503  # the standby writes nothing
             assert condition(pod_of(plane, namespace, "weather-0"), GATE) is None

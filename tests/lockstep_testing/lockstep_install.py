@@ -161,15 +161,22 @@ async def install_lockstep(plane: ControlPlane, folder: Path, *, peering: bool =
         rate_per_pod=50.0, rate_burst=50, sidecar_image=SIDECAR_IMAGE,
         report_url=f"https://127.0.0.1:{report_port}", operator_ca_path=str(folder / "ca.crt"),
         token_expiration_seconds=900, own_namespace=SYSTEM_NAMESPACE,
-        peering_name=RELEASE if peering else None)
+        peering_name=RELEASE if peering else None, peering_priority=100 if peering else None)
     token = plane.request_token(SYSTEM_NAMESPACE, account, seconds=3 * 3600)
     installation = Installation(plane, config, certificates, account, token, webhook_port, rendered)
+    webhooks = [loopback_webhooks(body, webhook_port, certificates.ca_pem) for body in rendered
+                if body["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")]
     async with run_operator_thread(plane.kopf_connection(token), config) as running:
         installation.operators.append(running)
-        for body in rendered:
-            if body["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-                apply(plane, loopback_webhooks(body, webhook_port, certificates.ca_pem))
-        yield installation
+        for body in webhooks:
+            apply(plane, body)
+        try:
+            yield installation
+        finally:
+            # As an uninstall does: webhooks that fail closed would refuse every later request.
+            for body in webhooks:
+                with contextlib.suppress(ControlPlaneError):
+                    plane.call("DELETE", api_path(body["kind"], name=body["metadata"]["name"]))
 
 
 def loopback_webhooks(configuration: dict[str, Any], port: int, ca_pem: str) -> dict[str, Any]:

@@ -54,3 +54,27 @@ def test_indexes_follow_changes_and_deletions() -> None:
     assert cache.selecting(cache.pod("ns", "p")) == []  # type: ignore[arg-type]
     cache.drop_pod("ns", "p")
     assert cache.pod("ns", "p") is None and list(cache.pods()) == []
+
+
+def _strict(name: str, selector: dict[str, Any], **spec: Any) -> ResourceRecord:
+    return ResourceRecord(Policy.from_resource({"metadata": {"namespace": "ns", "name": name},
+                                                "spec": {"selector": selector, **spec}}))
+
+
+def test_an_annotation_naming_a_weaker_interface_is_a_conflict() -> None:
+    """A pod author who annotates a pod (even after admission: annotations are mutable) with a laxer
+    interface than its labels select gets a conflict, never the laxer verdict."""
+    cache = ClusterCache()
+    cache.put_resource(_strict("strict", {"matchLabels": {"app": "web"}}))
+    cache.put_resource(_strict("audit", {"matchLabels": {"app": "other"}}, enforcement="Audit"))
+    cache.put_resource(_strict("tofu", {"matchLabels": {"app": "other"}}, approval="FirstSeen"))
+    cache.put_resource(_strict("twin", {"matchLabels": {"app": "other"}}))
+    for lax in ("audit", "tofu"):
+        pod = _pod(f"to-{lax}", {"app": "web"}, **{"lockstep.dev/interface": lax})
+        cache.put_pod(pod)
+        assert _names(cache.selecting(pod)) == [lax, "strict"]
+        assert f"to-{lax}" in _names(cache.selected_pods("ns", "strict"))  # re-judged when strict changes
+    equal = _pod("to-twin", {"app": "web"}, **{"lockstep.dev/interface": "twin"})
+    cache.put_pod(equal)
+    assert _names(cache.selecting(equal)) == ["twin"]
+    assert "to-twin" not in _names(cache.selected_pods("ns", "strict"))

@@ -35,12 +35,15 @@ class Config:
     operator_ca_path: str = ""
     token_expiration_seconds: int = 900
     own_namespace: str = "lockstep-system"
+    allow_opt_out: tuple[str, ...] = ()
 
 
 def admission_review(pod: Mapping[str, Any], namespace: str, *, operation: str = "CREATE",
-                     dry_run: bool = False) -> dict[str, Any]:
-    """An AdmissionReview as kube-apiserver sends it for a pod creation."""
-    return {
+                     dry_run: bool = False, old: Mapping[str, Any] | None = None,
+                     sub_resource: str | None = None) -> dict[str, Any]:
+    """An AdmissionReview as kube-apiserver sends it for a pod creation (or an UPDATE with ``old``,
+    or a change of the ``ephemeralcontainers`` subresource)."""
+    review = {
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
         "request": {
@@ -57,11 +60,14 @@ def admission_review(pod: Mapping[str, Any], namespace: str, *, operation: str =
                          "groups": ["system:serviceaccounts", "system:serviceaccounts:kube-system",
                                     "system:authenticated"]},
             "object": copy.deepcopy(dict(pod)),
-            "oldObject": None,
+            "oldObject": copy.deepcopy(dict(old)) if old is not None else None,
             "dryRun": dry_run,
             "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
         },
     }
+    if sub_resource:
+        review["request"]["subResource"] = sub_resource
+    return review
 
 
 @dataclass
@@ -133,10 +139,11 @@ def admit(config: Config, interfaces: list[dict[str, Any]], events: list[tuple[d
     insights = references.Insights()
     insights.webhook_resources.add(PODS)
 
-    async def send(pod: Mapping[str, Any], namespace: str = "agents", **options: Any) -> Admitted:
+    async def send(pod: Mapping[str, Any], namespace: str = "agents", webhook: str = "mutate-pods",
+                   **options: Any) -> Admitted:
         review = admission_review(pod, namespace, **options)
         response = await admission.serve_admission_request(
-            review, webhook="mutate-pods", settings=kopf.OperatorSettings(), memories=ResourceMemories(),
+            review, webhook=webhook, settings=kopf.OperatorSettings(), memories=ResourceMemories(),
             memobase=ephemera.Memo(), registry=registry, insights=insights, indices=OperatorIndexers().indices)
         assert response["response"]["uid"] == review["request"]["uid"]
         raw = response["response"].get("patch")

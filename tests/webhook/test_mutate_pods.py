@@ -6,48 +6,14 @@ import copy
 from typing import Any
 
 import pytest
+from lockstep_testing.webhook_pods import NAMESPACE, plain_pod, weather_interface
 
-NAMESPACE = "agents"
 CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIBfake\n-----END CERTIFICATE-----\n"
 
 
 @pytest.fixture
 def operator_ca() -> str:
     return CA_PEM
-
-
-def weather_interface(**endpoint: Any) -> dict[str, Any]:
-    return {
-        "apiVersion": "lockstep.dev/v1alpha1", "kind": "MCPServerInterface",
-        "metadata": {"name": "weather", "namespace": NAMESPACE},
-        "spec": {"selector": {"matchLabels": {"app": "weather-mcp"}},
-                 "endpoint": {"port": 8000, "path": "/mcp", "transport": "streamable-http", **endpoint},
-                 "probe": {"interval": "30s", "timeout": "5s", "staleAfter": "90s"},
-                 "approved": []},
-    }
-
-
-def plain_pod(**labels: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"generateName": "weather-7d9f-", "namespace": NAMESPACE,
-                     "labels": {"app": "weather-mcp", **labels},
-                     "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "weather-7d9f",
-                                          "uid": "6c1e9b3a-0000-4000-8000-00000000000a", "controller": True,
-                                          "blockOwnerDeletion": True}]},
-        "spec": {
-            "serviceAccountName": "weather",
-            "securityContext": {"runAsNonRoot": True},
-            "containers": [{"name": "server", "image": "example.com/weather-mcp:1.4",
-                            "ports": [{"name": "mcp", "containerPort": 8000, "protocol": "TCP"}],
-                            "volumeMounts": [{"name": "kube-api-access-x1", "mountPath":
-                                              "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": True}],
-                            "securityContext": {"allowPrivilegeEscalation": False}}],
-            "volumes": [{"name": "kube-api-access-x1", "projected": {"sources": [
-                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}]}}],
-            "restartPolicy": "Always",
-        },
-    }
 
 
 def expected_sidecar(interface: str = "weather", port: int = 8000, interval: str = "30",
@@ -165,7 +131,6 @@ async def test_pod_without_volumes_gets_a_volumes_list(admit: Any, interfaces: l
 
 
 @pytest.mark.parametrize(("labels", "namespace"), [
-    ({"lockstep.dev/inject": "disabled"}, NAMESPACE),
     ({"lockstep.dev/inject": "enabled"}, "kube-system"),
     ({"lockstep.dev/inject": "enabled"}, "lockstep-system"),
 ])
@@ -281,6 +246,6 @@ async def test_requests_are_counted_by_outcome(admit: Any, interfaces: list[Any]
     interfaces.append(weather_interface())
     once = await admit(plain_pod())
     await admit(once.pod)
-    await admit(plain_pod(**{"lockstep.dev/inject": "disabled"}))
+    await admit(plain_pod(**{"lockstep.dev/inject": "disabled"}))  # refused: no opt-out allowed by default
     assert [webhook_metrics.count(outcome) for outcome in ("injected", "unchanged", "skipped", "refused")] == \
-        [1, 1, 1, 0]
+        [1, 1, 0, 1]

@@ -273,6 +273,9 @@ parses these arguments with the operator's own click command.
 {{- if .Values.operator.peering.enabled }}
 - --peering={{ include "lockstep.peering.name" . }}
 {{- end }}
+{{- range .Values.webhook.allowOptOut }}
+- --allow-opt-out={{ . }}
+{{- end }}
 {{- end }}
 
 {{/* Environment of the operator container. POD_ID names the replica in kopf peering. */}}
