@@ -27,6 +27,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime
+import hashlib
 import json
 import multiprocessing
 import os
@@ -52,11 +54,12 @@ sys.path.insert(0, str(ROOT / "tests"))
 from lockstep_testing.kmock_support import Emulator, TokenBook, declare_resources, make_tls_files
 
 from lockstep.core import Interface
-from lockstep.core.report import Observation
+from lockstep.core.report import Freshness, Observation
 from lockstep.core.revision import Revision
 
 NAMESPACE = "bench"
 AT = "2026-11-22T02:00:00Z"
+BOOT_TIME = "2026-11-22T01:59:00+00:00"
 
 
 @dataclass
@@ -92,9 +95,8 @@ def interface_of(index: int, drifted: bool) -> dict[str, Any]:
                       {"name": "status", "description": "Health.", "inputSchema": {"type": "object"}}]}
 
 
-def report_body(index: int, drifted: bool) -> bytes:
-    observation = Observation.of_interface(Interface.from_document(interface_of(index, drifted)), AT)
-    return json.dumps(observation.to_dict()).encode()
+def report_body(index: int, drifted: bool) -> dict[str, Any]:
+    return Observation.of_interface(Interface.from_document(interface_of(index, drifted)), AT).to_dict()
 
 
 def resource(index: int) -> dict[str, Any]:
@@ -134,7 +136,8 @@ async def operator_process(kubeconfig: Path, folder: Path, report_port: int, met
     command = [sys.executable, *(["-m", "cProfile", "-o", profile] if profile else []), str(launcher), "operator",
                "--report-port", str(report_port), "--metrics-port", str(metrics_port), "--health-port", "0",
                "--webhook-port", "0", "--tls-cert", str(tls.cert), "--tls-key", str(tls.key),
-               "--rate-per-pod", "100", "--rate-burst", "100"]
+               "--rate-per-pod", "100", "--rate-burst", "100",
+               "--source-rate", "0"]  # the whole load comes from one address: no per-source limit
     log_path = Path(os.environ.get("LOCKSTEP_BENCH_LOG", folder / "operator.log"))
     # Started once per run, before any load: blocking calls here do not skew the figures.
     log = open(log_path, "w")  # noqa: SIM115, ASYNC230 - closed below
@@ -216,7 +219,7 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def load_in_process(name: str, targets: Sequence[tuple[str, bytes]], url: str, rate: float,
+def load_in_process(name: str, targets: Sequence[tuple[str, dict[str, Any]]], url: str, rate: float,
                     cafile: str) -> tuple[Phase, float]:
     """Run one phase's load (in the load process); returns the phase and the CPU seconds it took."""
     before = own_cpu()
@@ -225,14 +228,23 @@ def load_in_process(name: str, targets: Sequence[tuple[str, bytes]], url: str, r
     return phase, own_cpu() - before
 
 
-async def run_phase(name: str, targets: Sequence[tuple[str, bytes]], url: str, rate: float,
+def stamped(token: str, report: dict[str, Any]) -> bytes:
+    """The report as a sidecar sends it: freshness with one boot per pod (its token) and a growing sequence."""
+    now = datetime.datetime.now(datetime.UTC)
+    freshness = Freshness(hashlib.sha256(token.encode()).hexdigest()[:32], BOOT_TIME, time.time_ns() // 1000,
+                          now.isoformat())
+    return json.dumps({**report, **freshness.to_dict()}).encode()
+
+
+async def run_phase(name: str, targets: Sequence[tuple[str, dict[str, Any]]], url: str, rate: float,
                     context: ssl.SSLContext) -> Phase:
     latencies: list[float] = []
     ok = 0
     connector = aiohttp.TCPConnector(ssl=context, limit=128)
     async with aiohttp.ClientSession(connector=connector) as session:
-        async def send(token: str, body: bytes) -> None:
+        async def send(token: str, report: dict[str, Any]) -> None:
             nonlocal ok
+            body = stamped(token, report)
             started = time.perf_counter()
             async with session.post(url, data=body, headers={"Authorization": f"Bearer {token}",
                                                              "Content-Type": "application/json"}) as response:

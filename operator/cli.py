@@ -67,6 +67,13 @@ def _json_object(ctx: click.Context, param: click.Parameter, value: str | None) 
               show_default=True, envvar="LOCKSTEP_TOKEN_EXPIRATION", help="Lifetime of sidecar tokens (seconds).")
 @click.option("--own-namespace", default="", envvar="LOCKSTEP_OWN_NAMESPACE",
               help="The operator's namespace (never injected).")
+@click.option("--source-rate", type=click.FloatRange(0), default=20.0, show_default=True,
+              envvar="LOCKSTEP_SOURCE_RATE",
+              help="Per source address: reports/s with a token no cache knows (each costs a TokenReview); 0 = off.")
+@click.option("--source-burst", type=click.IntRange(1), default=50, show_default=True, envvar="LOCKSTEP_SOURCE_BURST",
+              help="Burst of --source-rate.")
+@click.option("--max-clock-skew", type=click.FloatRange(1), default=120.0, show_default=True,
+              envvar="LOCKSTEP_MAX_CLOCK_SKEW", help="Largest gap (s) between a report's sentAt and this clock.")
 @click.option("--allow-opt-out", "allow_opt_out", multiple=True, envvar="LOCKSTEP_ALLOW_OPT_OUT",
               help="Opted-in namespace where pods may opt out with lockstep.dev/inject=disabled (repeatable; "
                    "'*' for all). By default none may.")
@@ -76,8 +83,8 @@ def operator_command(namespaces: Sequence[str], report_port: int, tls_cert: str 
                      rate_per_pod: float, rate_burst: int, observed_configmap_limit: int,
                      observed_configmap_size_limit: int, peering_name: str | None, sidecar_image: str,
                      sidecar_resources: dict[str, Any], report_url: str, operator_ca_path: str | None,
-                     token_expiration_seconds: int, own_namespace: str, allow_opt_out: Sequence[str],
-                     verbose: bool) -> None:
+                     token_expiration_seconds: int, own_namespace: str, source_rate: float, source_burst: int,
+                     max_clock_skew: float, allow_opt_out: Sequence[str], verbose: bool) -> None:
     """Run the Lockstep operator: the report endpoint, judging, status, Events, metrics and webhooks.
 
     \b
@@ -101,5 +108,6 @@ def operator_command(namespaces: Sequence[str], report_port: int, tls_cert: str 
         report_url=report_url, operator_ca_path=operator_ca_path,
         token_expiration_seconds=token_expiration_seconds, own_namespace=own_namespace,
         allow_opt_out=tuple(name for entry in allow_opt_out for name in entry.split()),
+        source_rate=source_rate, source_burst=source_burst, max_clock_skew=max_clock_skew,
     )
     asyncio.run(LockstepOperator(config).run())

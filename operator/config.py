@@ -31,6 +31,12 @@ class OperatorConfig:
     #: Per-pod token bucket: sustained reports per second and burst.
     rate_per_pod: float = 1.0
     rate_burst: int = 10
+    #: Per source address, before authentication: requests with a token no cache knows (each costs a
+    #: TokenReview) per second and burst; 0 turns the limit off.
+    source_rate: float = 20.0
+    source_burst: int = 50
+    #: Largest difference between a report's sentAt and the operator's clock (seconds).
+    max_clock_skew: float = 120.0
     #: How long a reviewed token is trusted before it is reviewed again (seconds).
     token_cache_seconds: float = 300.0
     #: How often the stale timer runs, and how soon a changed resource status is written (seconds).

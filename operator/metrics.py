@@ -21,7 +21,7 @@ from prometheus_client import (
 __all__ = ["REJECTION_REASONS", "Metrics"]
 
 REJECTION_REASONS = ("Unauthenticated", "UnknownPod", "UidMismatch", "NotSelected", "BadReport", "TooLarge",
-                     "RateLimited")
+                     "RateLimited", "Overloaded", "Replayed", "ClockSkew")
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 

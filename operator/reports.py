@@ -7,6 +7,7 @@ from the body. Checks run cheapest first, and the body is read only once the cal
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -18,13 +19,14 @@ from typing import Any
 
 from aiohttp import web
 from lockstep.operator.config import OperatorConfig
+from lockstep.operator.freshness import FreshnessBook, StaleReport
 from lockstep.operator.kube import KubeApiError, KubeClient
 from lockstep.operator.metrics import Metrics
 from lockstep.operator.reconciler import Reconciler
 
 from lockstep.core.errors import InterfaceError
 from lockstep.core.model import loads_strict
-from lockstep.core.report import Observation
+from lockstep.core.report import Freshness, Observation
 
 __all__ = ["AUDIENCE", "Identity", "ReportRejected", "ReportServer", "TokenReviewer"]
 
@@ -36,6 +38,12 @@ POD_UID_CLAIM = "authentication.kubernetes.io/pod-uid"
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 TOKEN_CACHE_SIZE = 50_000
 PRUNE_AT = 10_000
+#: TokenReviews in flight at once; a report that cannot get a place within the wait is answered 503.
+MAX_CONCURRENT_REVIEWS = 16
+REVIEW_QUEUE_WAIT = 2.0
+#: A token the API server refused is refused again without asking for this long (bounded cache).
+NEGATIVE_TTL = 30.0
+NEGATIVE_CACHE_SIZE = 20_000
 
 
 class ReportRejected(Exception):
@@ -60,26 +68,61 @@ class Identity:
 class TokenReviewer:
     """Reviews bearer tokens; a reviewed token is trusted for a short while (a bounded cache)."""
 
-    def __init__(self, client: KubeClient, ttl: float) -> None:
+    def __init__(self, client: KubeClient, ttl: float, *, concurrency: int = MAX_CONCURRENT_REVIEWS) -> None:
         self._client = client
         self._ttl = ttl
         self._cache: OrderedDict[str, tuple[float, Identity]] = OrderedDict()
+        self._refused: OrderedDict[str, tuple[float, ReportRejected]] = OrderedDict()
+        self._slots = asyncio.Semaphore(concurrency)
+        self.reviews = 0  # TokenReviews sent to the API server
+
+    def known(self, token: str) -> bool:
+        """Whether ``token`` is answered from a cache (costs no TokenReview)."""
+        key = _key(token)
+        return _fresh(self._cache.get(key)) or _fresh(self._refused.get(key))
 
     async def identify(self, token: str) -> Identity:
-        key = hashlib.sha256(token.encode()).hexdigest()
+        key = _key(token)
         cached = self._cache.get(key)
         if cached and cached[0] > time.monotonic():
             return cached[1]
+        refused = self._refused.get(key)
+        if refused and refused[0] > time.monotonic():
+            raise refused[1]
         try:
+            await asyncio.wait_for(self._slots.acquire(), REVIEW_QUEUE_WAIT)
+        except TimeoutError:
+            raise ReportRejected(503, "Overloaded", "too many token reviews in flight", retry_after=1.0) from None
+        try:
+            self.reviews += 1
             status = await self._client.token_review(token, [AUDIENCE])
         except (KubeApiError, OSError) as error:
             logger.warning("TokenReview failed: %s", error)
             raise ReportRejected(401, "Unauthenticated", "the token could not be reviewed") from None
-        identity = _identity(status)
-        self._cache[key] = (time.monotonic() + self._ttl, identity)
-        if len(self._cache) > TOKEN_CACHE_SIZE:
-            self._cache.popitem(last=False)
+        finally:
+            self._slots.release()
+        try:
+            identity = _identity(status)
+        except ReportRejected as rejection:
+            _remember(self._refused, key, (time.monotonic() + NEGATIVE_TTL, rejection), NEGATIVE_CACHE_SIZE)
+            raise
+        _remember(self._cache, key, (time.monotonic() + self._ttl, identity), TOKEN_CACHE_SIZE)
         return identity
+
+
+def _key(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _fresh(entry: tuple[float, Any] | None) -> bool:
+    return entry is not None and entry[0] > time.monotonic()
+
+
+def _remember(cache: OrderedDict[str, Any], key: str, value: Any, size: int) -> None:
+    cache[key] = value
+    cache.move_to_end(key)
+    if len(cache) > size:
+        cache.popitem(last=False)
 
 
 def _identity(status: dict[str, Any]) -> Identity:
@@ -135,6 +178,10 @@ class ReportServer:
         self.reviewer = reviewer
         self.metrics = metrics
         self.limiter = RateLimiter(config.rate_per_pod, config.rate_burst)
+        # Before authentication: a request with a token no cache knows costs a TokenReview, so each
+        # source address gets a bucket of those (0 turns it off).
+        self.sources = RateLimiter(config.source_rate, config.source_burst) if config.source_rate > 0 else None
+        self.freshness = FreshnessBook(config.max_clock_skew)
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
 
@@ -205,7 +252,13 @@ class ReportServer:
         length = request.content_length
         if length is not None and length > self.config.body_limit:
             raise ReportRejected(413, "TooLarge", f"the report is larger than {self.config.body_limit} bytes")
-        identity = await self.reviewer.identify(_bearer(request))
+        token = _bearer(request)
+        if self.sources is not None and not self.reviewer.known(token):
+            wait = self.sources.admit(request.remote or "unknown")
+            if wait:
+                raise ReportRejected(429, "RateLimited", "too many unknown tokens from this address",
+                                     retry_after=wait)
+        identity = await self.reviewer.identify(token)
         wait = self.limiter.admit(identity.pod_uid)
         if wait:
             raise ReportRejected(429, "RateLimited", "too many reports from this pod", retry_after=wait)
@@ -216,7 +269,11 @@ class ReportServer:
             raise ReportRejected(403, "UidMismatch", f"pod {identity.pod_name} has another uid than the token's")
         if not self.reconciler.selecting(pod):
             raise ReportRejected(403, "NotSelected", f"no MCPServerInterface selects pod {identity.pod_name}")
-        observation = await _read_observation(request, self.config.body_limit)
+        observation, freshness = await _read_observation(request, self.config.body_limit)
+        try:
+            self.freshness.admit(identity.pod_uid, freshness)
+        except StaleReport as stale:
+            raise ReportRejected(409 if stale.reason == "Replayed" else 400, stale.reason, str(stale)) from None
         verdict = await self.reconciler.accept(pod, observation)
         if verdict is None:
             raise ReportRejected(403, "NotSelected", f"no MCPServerInterface selects pod {identity.pod_name}")
@@ -230,13 +287,19 @@ def _bearer(request: web.Request) -> str:
     return token.strip()
 
 
-async def _read_observation(request: web.Request, limit: int) -> Observation:
+async def _read_observation(request: web.Request, limit: int) -> tuple[Observation, Freshness]:
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise ReportRejected(413, "TooLarge", f"the report is larger than {limit} bytes") from None
+    return parse_report(raw)
+
+
+def parse_report(raw: bytes) -> tuple[Observation, Freshness]:
+    """The observation and freshness of a report body, or ReportRejected(400) with a one-line cause."""
     try:
-        return Observation.from_dict(loads_strict(raw))
+        body = loads_strict(raw)
+        return Observation.from_dict(body), Freshness.from_dict(body)
     except (ValueError, json.JSONDecodeError) as error:
         raise ReportRejected(400, "BadReport", f"the body is not JSON: {error}"[:300]) from None
     except InterfaceError as error:  # ReportError, or a NaN in the JSON

@@ -11,8 +11,11 @@ rotates it.
 from __future__ import annotations
 
 import asyncio
+import datetime
+import itertools
 import logging
 import random
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +24,7 @@ from typing import Any
 import httpx2
 from lockstep.sidecar.metrics import SidecarMetrics
 
-from lockstep.core.report import Observation
+from lockstep.core.report import Freshness, Observation
 
 __all__ = ["Delivery", "Reporter"]
 
@@ -57,6 +60,10 @@ class Reporter:
         self._pending: Observation | None = None
         self._wake = asyncio.Event()
         self.last_delivery: Delivery | None = None
+        # Freshness: this process's random boot id and start time, and a sequence number per send, so
+        # that the operator can refuse a report it has seen (or an older one) sent again.
+        self.boot_id, self.boot_time = secrets.token_hex(16), _utc_now()
+        self._sequence = itertools.count()
 
     def submit(self, observation: Observation) -> None:
         """Queue ``observation`` for delivery, replacing one that has not been sent yet."""
@@ -95,8 +102,10 @@ class Reporter:
     async def _attempt(self, observation: Observation) -> float | None:
         """Send once; None when done (accepted, or refused for good), else the least seconds to wait."""
         try:
+            freshness = Freshness(self.boot_id, self.boot_time, next(self._sequence), _utc_now())
             response = await self._client.post(
-                self._url, json=observation.to_dict(), headers={"Authorization": f"Bearer {self._read_token()}"})
+                self._url, json={**observation.to_dict(), **freshness.to_dict()},
+                headers={"Authorization": f"Bearer {self._read_token()}"})
         except (httpx2.HTTPError, OSError) as error:
             self._metrics.reports.labels("failed").inc()
             logger.warning("Report not delivered, will retry: %s", _one_line(error))
@@ -123,6 +132,10 @@ class Reporter:
         if not token:
             raise TokenUnavailableError(f"the token file {self._token_path} is empty")
         return token
+
+
+def _utc_now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _retry_after(response: httpx2.Response) -> float:

@@ -299,10 +299,24 @@ def _type_name(value: Any) -> str:
     )
 
 
+#: Integers longer than this are refused while parsing (beyond 2**53 a digest would refuse them anyway;
+#: Python's own limit is 4,300 digits and raises a bare ValueError).
+MAX_INTEGER_DIGITS = 400
+
+
 def loads_strict(text: str | bytes) -> Any:
     """``json.loads`` that refuses NaN and Infinity instead of producing them."""
 
     def refuse(constant: str) -> Any:
         raise NonFiniteNumberError(f"{constant} is not a JSON number")
 
-    return json.loads(text, parse_constant=refuse)
+    def refuse_long_integer(digits: str) -> Any:
+        if len(digits.lstrip("-")) > MAX_INTEGER_DIGITS:
+            raise MalformedInterfaceError(f"an integer of {len(digits)} digits is beyond any JSON number Lockstep "
+                                          "accepts")
+        return int(digits)
+
+    try:
+        return json.loads(text, parse_constant=refuse, parse_int=refuse_long_integer)
+    except RecursionError:
+        raise NestingTooDeepError("the JSON nests deeper than the parser can follow") from None

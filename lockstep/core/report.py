@@ -8,7 +8,11 @@ Wire form (JSON)::
      "definitions": {...} | null,              # the interface document, for review
      "failure": null | {"reason": "ServerUnreachable" | "InterfaceInvalid", "message": "..."},
      "observedAt": "2026-11-22T02:00:00Z",
-     "view": "default"}
+     "view": "default",
+     "bootId": "9f0c…",                        # freshness, stamped on every send (see Freshness)
+     "bootTime": "2026-11-22T01:59:58Z",
+     "sequence": 17,
+     "sentAt": "2026-11-22T02:00:00Z"}
 
 The pod is never named in the body: the operator takes it from the caller's
 reviewed token. When ``definitions`` is present the operator digests it again
@@ -18,6 +22,7 @@ and refuses a report whose digests do not match (a forged or corrupted report).
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +31,7 @@ from lockstep.core.digest import ComponentDigest, InterfaceDigest, digest_interf
 from lockstep.core.errors import FormulaError, InterfaceError, MalformedInterfaceError
 from lockstep.core.model import DEFAULT_LIMITS, Interface, Limits
 
-__all__ = ["FailureReason", "Observation", "ReportError"]
+__all__ = ["FailureReason", "Freshness", "Observation", "ReportError"]
 
 DEFAULT_VIEW = "default"
 
@@ -111,3 +116,38 @@ class Observation:
             if recomputed != claimed:
                 raise ReportError("the definitions do not match the reported digests")
         return cls(observed_at, claimed, definitions, view=view)
+
+
+_BOOT_ID = re.compile(r"^[0-9a-f]{32}$")
+MAX_SEQUENCE = 2**53
+
+
+@dataclass(frozen=True)
+class Freshness:
+    """What makes a report impossible to replay: the sidecar process's random ``boot_id`` and start time,
+    and a ``sequence`` that grows with every send of that process, plus the send time. The operator
+    accepts a report only if it is newer than the last one it accepted from the same pod (same boot:
+    a higher sequence; another boot: a later boot time) and ``sent_at`` is within its clock-skew bound."""
+
+    boot_id: str
+    boot_time: str
+    sequence: int
+    sent_at: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"bootId": self.boot_id, "bootTime": self.boot_time, "sequence": self.sequence,
+                "sentAt": self.sent_at}
+
+    @classmethod
+    def from_dict(cls, body: Any) -> Freshness:
+        if not isinstance(body, Mapping):
+            raise ReportError("a report must be a JSON object")
+        boot_id, boot_time, sequence, sent_at = (body.get(key) for key in ("bootId", "bootTime", "sequence", "sentAt"))
+        if not isinstance(boot_id, str) or not _BOOT_ID.match(boot_id):
+            raise ReportError("a report needs bootId (32 hex digits): is the sidecar older than the operator? "
+                              "re-create the pod")
+        if not isinstance(sequence, int) or isinstance(sequence, bool) or not 0 <= sequence < MAX_SEQUENCE:
+            raise ReportError("a report needs a sequence number (an integer from 0)")
+        if not isinstance(boot_time, str) or not isinstance(sent_at, str):
+            raise ReportError("a report needs bootTime and sentAt timestamps")
+        return cls(boot_id, boot_time, sequence, sent_at)

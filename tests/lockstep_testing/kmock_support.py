@@ -13,6 +13,7 @@ import contextlib
 import copy
 import datetime
 import ipaddress
+import secrets
 import ssl
 import threading
 import time
@@ -35,7 +36,7 @@ from lockstep.operator.config import OperatorConfig
 from lockstep.core import Interface
 from lockstep.core.errors import InterfaceError
 from lockstep.core.manifest import build_manifest
-from lockstep.core.report import FailureReason, Observation
+from lockstep.core.report import FailureReason, Freshness, Observation
 from lockstep.core.revision import Revision
 from lockstep.reader import ReaderError, read_interface
 from lockstep_testing.mcp_servers import MutableServer
@@ -299,6 +300,16 @@ class Sidecar:
     token: str
     tls: TlsFiles
     answers: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    #: Freshness as the real sidecar stamps it on every send (one boot per stand-in).
+    boot_id: str = field(default_factory=lambda: secrets.token_hex(16))
+    boot_time: str = field(default_factory=lambda: datetime.datetime.now(datetime.UTC).isoformat())
+    sent: int = 0
+
+    def stamp(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` with the next freshness stamp (a test that replays keeps an earlier stamped body)."""
+        self.sent += 1
+        return {**body, **Freshness(self.boot_id, self.boot_time, self.sent,
+                                    datetime.datetime.now(datetime.UTC).isoformat()).to_dict()}
 
     async def observe(self, mcp_url: str) -> Observation:
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -313,7 +324,10 @@ class Sidecar:
     async def probe(self, mcp_url: str) -> tuple[int, dict[str, Any]]:
         return await self.post((await self.observe(mcp_url)).to_dict())
 
-    async def post(self, body: Any, *, raw: bytes | None = None, token: str | None = None) -> tuple[int, dict[str, Any]]:
+    async def post(self, body: Any, *, raw: bytes | None = None, token: str | None = None,
+                   stamp: bool = True) -> tuple[int, dict[str, Any]]:
+        if stamp and isinstance(body, dict) and "bootId" not in body:
+            body = self.stamp(body)
         headers = {"Authorization": f"Bearer {token if token is not None else self.token}",
                    "Content-Type": "application/json"}
         connector = aiohttp.TCPConnector(ssl=self.tls.client_context())
