@@ -344,6 +344,9 @@ class _MeteredTransport(httpx2.AsyncBaseTransport):
         self._sse_event_limit = sse_event_limit
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        # The limits count the bytes that reach the JSON parser: ask for them uncompressed, and refuse a
+        # body encoded anyway (1 MB of gzip can decode to 1 GiB, far past any limit counted before decoding).
+        request.headers["Accept-Encoding"] = "identity"
         try:
             response = await self._inner.handle_async_request(request)
         except (httpx2.ConnectError, httpx2.ConnectTimeout) as error:
@@ -356,6 +359,14 @@ class _MeteredTransport(httpx2.AsyncBaseTransport):
         probing = request.headers.get("mcp-method") == "server/discover"  # a refusal means: use initialize
         if response.status_code >= 400 and request.method == "POST" and not probing:
             self._wire.fail(ServerUnreachableError(f"{self._wire.url}: {_http_status(response)}"))
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            await response.aclose()
+            error = ResponseTooLargeError(f"{self._wire.url}: the server answered with Content-Encoding "
+                                          f"{encoding[:40]!r} although the reader asked for identity; a "
+                                          "compressed body is refused (its decoded size is unbounded)")
+            self._wire.fail(error)
+            raise httpx2.DecodingError(str(error), request=request)
         content_type = response.headers.get("content-type", "").lower()
         per_event = content_type.startswith("text/event-stream")
         limit = (

@@ -591,3 +591,40 @@ def serve_mcp_in_thread(server: Any, transport: Transport = "streamable-http") -
         assert stop is not None
         handle[0].loop.call_soon_threadsafe(stop.set)
         thread.join(15)
+
+
+class Gzipped:
+    """A server that compresses every response with gzip whatever the client asked for (a hostile or
+    careless server; a body of zeros makes a decompression bomb). Wraps anything ``serve_mcp`` serves."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def asgi_app(self, transport: Transport) -> tuple[ASGIApp, str]:
+        app, path = _asgi_app(self.inner, transport)
+        return _gzip_everything(app), path
+
+
+def _gzip_everything(app: ASGIApp) -> ASGIApp:
+    import zlib
+
+    async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        compressor = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: the gzip container
+
+        async def compressing_send(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                headers = [(k, v) for k, v in message.get("headers", []) if k.lower() != b"content-length"]
+                message = {**message, "headers": [*headers, (b"content-encoding", b"gzip")]}
+            elif message["type"] == "http.response.body":
+                more = message.get("more_body", False)
+                body = compressor.compress(message.get("body", b""))
+                body += compressor.flush(zlib.Z_SYNC_FLUSH if more else zlib.Z_FINISH)
+                message = {**message, "body": body}
+            await send(message)
+
+        await app(scope, receive, compressing_send)
+
+    return wrapped
