@@ -36,7 +36,7 @@ from lockstep.cli.cluster import (
     with_referenced_definitions,
 )
 from lockstep.cli.output import dump_json, dump_yaml, escape_hidden, has_hidden_characters
-from lockstep.cli.targets import UsageError
+from lockstep.cli.targets import UsageError, load_document
 from lockstep.core import Interface
 from lockstep.core.approval import (
     ApprovalResult,
@@ -289,6 +289,7 @@ class RoundTripFile:
 
     @classmethod
     def load(cls, path: Path) -> RoundTripFile:
+        load_document(str(path))  # the hostile-file guards (size, aliases, depth) before the round-trip parser
         try:
             text = path.read_text(encoding="utf-8")
         except OSError as error:
