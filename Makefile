@@ -39,6 +39,7 @@ bench: setup  ## every benchmark; each prints a table (see bench/*.py --help for
 	$(BIN)/python bench/latency.py
 	$(BIN)/python bench/sidecar_footprint.py
 	$(BIN)/python bench/operator.py
+	$(BIN)/python bench/notification_flood.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis

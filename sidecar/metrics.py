@@ -28,6 +28,9 @@ class SidecarMetrics:
         self.list_changed = Counter("lockstep_sidecar_list_changed",
                                     "list_changed notifications received from the MCP server.",
                                     registry=self.registry)
+        self.floods = Counter("lockstep_sidecar_list_changed_floods",
+                              "Sessions closed because the server sent more list_changed notifications than "
+                              "the flood limit (the sidecar reconnects after a backoff).", registry=self.registry)
         self.components = Gauge("lockstep_sidecar_interface_components",
                                 "Components of the last interface read, by kind.", ["kind"],
                                 registry=self.registry)

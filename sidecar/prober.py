@@ -37,6 +37,11 @@ UNREACHABLE_ERRORS = (reader.ServerUnreachableError, reader.ReadTimeoutError)
 MIN_RETRY = 0.1
 MAX_RETRY = 5.0
 MIN_PROBE_GAP = 0.1  # seconds between the starts of two probes woken by list_changed
+#: More list_changed notifications than this in one second is a flood: each costs the SDK a parse, so
+#: the sidecar probes once more, closes the session and reconnects after a backoff (1 s, doubling up to
+#: the probe interval or FLOOD_BACKOFF_MAX), which bounds its CPU whatever the server sends.
+FLOOD_LIMIT = 100
+FLOOD_BACKOFF_MAX = 60.0
 
 
 class Prober:
@@ -48,6 +53,9 @@ class Prober:
         self._ever_connected = False
         self._last_failure: tuple[FailureReason, float] | None = None
         self.last_observation: Observation | None = None
+        self._flooded = asyncio.Event()
+        self._window: tuple[float, int] = (0.0, 0)  # start of the current second, notifications in it
+        self._flood_backoff = 1.0
 
     async def run(self) -> None:
         """Probe until cancelled; never raises."""
@@ -55,7 +63,11 @@ class Prober:
         while True:
             opened = time.monotonic()
             try:
-                await self._session()
+                if await self._session() == "flooded":
+                    await asyncio.sleep(self._flood_backoff)
+                    self._flood_backoff = min(self._flood_backoff * 2, FLOOD_BACKOFF_MAX, self._settings.interval)
+                    continue
+                self._flood_backoff = 1.0
                 if time.monotonic() - opened > MAX_RETRY:
                     retry = MIN_RETRY  # a session that lived a while dropped: reconnect at once
                     continue
@@ -69,8 +81,10 @@ class Prober:
             await asyncio.sleep(retry)
             retry = min(retry * 2, MAX_RETRY, self._settings.interval)
 
-    async def _session(self) -> None:
+    async def _session(self) -> str:
+        """One session until it drops ("dropped") or floods ("flooded")."""
         settings = self._settings
+        self._flooded.clear()
         async with self._connect(settings.mcp_url, transport=settings.transport, headers=settings.mcp_headers(),
                                  timeout=settings.timeout, on_list_changed=self._on_list_changed) as live:
             if not self._ever_connected:
@@ -84,7 +98,13 @@ class Prober:
                 trigger = await self._wait(live)
                 if trigger == "dropped":
                     logger.info("The MCP session dropped; reconnecting")
-                    return
+                    return trigger
+                if trigger == "flooded":
+                    self._metrics.floods.inc()
+                    logger.warning("More than %d list_changed notifications a second: one more probe, then the "
+                                   "session is closed for %gs", FLOOD_LIMIT, self._flood_backoff)
+                    await self._probe(live, "list_changed")
+                    return trigger
                 if trigger == "list_changed":  # a server that floods notifications gets 10 reads a second
                     await asyncio.sleep(max(0.0, started + MIN_PROBE_GAP - time.monotonic()))
 
@@ -114,19 +134,30 @@ class Prober:
         delay = interval * random.uniform(0.8, 1.0)  # jitter: pods started together drift apart
         changed = asyncio.ensure_future(self._list_changed.wait())
         dropped = asyncio.ensure_future(live.wait_dropped())
+        flooded = asyncio.ensure_future(self._flooded.wait())
         try:
-            done, _ = await asyncio.wait({changed, dropped}, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait({changed, dropped, flooded}, timeout=delay,
+                                         return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (changed, dropped):
+            for task in (changed, dropped, flooded):
                 task.cancel()
         if dropped in done:
             return "dropped"
+        if flooded in done:
+            return "flooded"
         return "list_changed" if changed in done else "timer"
 
     def _on_list_changed(self, kind: str) -> None:
+        """Per notification: O(1), no I/O (a log line only when it wakes a probe)."""
         self._metrics.list_changed.inc()
-        logger.info("notifications/%s/list_changed received", kind)
-        self._list_changed.set()
+        now = time.monotonic()
+        start, count = self._window
+        self._window = (start, count + 1) if now - start < 1.0 else (now, 1)
+        if self._window[1] > FLOOD_LIMIT:
+            self._flooded.set()
+        if not self._list_changed.is_set():
+            logger.info("notifications/%s/list_changed received", kind)
+            self._list_changed.set()
 
     def _failed(self, reason: FailureReason, message: str, *, scheduled: bool) -> None:
         """Count a failed probe; report it if the operator should know now."""
