@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test bench fuzz clean
 
 setup: $(VENV)/.installed
 
@@ -40,6 +40,18 @@ bench: setup  ## every benchmark; each prints a table (see bench/*.py --help for
 	$(BIN)/python bench/sidecar_footprint.py
 	$(BIN)/python bench/operator.py
 	$(BIN)/python bench/notification_flood.py
+
+FUZZ_SECONDS ?= 60
+FUZZ_TARGETS := canonical interface manifest report admission report-body cli-file
+
+fuzz: setup  ## coverage-guided fuzzing (atheris), FUZZ_SECONDS per target; crashes land in fuzz/crashes/
+	$(BIN)/pip install -q atheris
+	mkdir -p fuzz/crashes
+	for target in $(FUZZ_TARGETS); do \
+		echo "fuzzing $$target for $(FUZZ_SECONDS)s"; \
+		$(BIN)/python fuzz/run.py $$target -max_total_time=$(FUZZ_SECONDS) -max_len=8192 \
+			-artifact_prefix=fuzz/crashes/$$target- || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis

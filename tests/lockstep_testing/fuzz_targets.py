@@ -1,0 +1,139 @@
+"""Fuzz targets shared by the hypothesis properties (tests/fuzz) and the coverage-guided harness
+(fuzz/run.py, atheris): each takes hostile input and fails only if the code under test raises something
+other than its named errors, which a user would see as a traceback (or an HTTP 500) instead of a clear
+refusal. No pytest import: the atheris harness runs them too."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from lockstep.core import LockstepError
+from lockstep.core.canonical import canonical_json
+from lockstep.core.manifest import load_pinned
+from lockstep.core.model import Interface, loads_strict
+from lockstep.core.report import Freshness, Observation
+
+__all__ = ["BYTE_TARGETS", "VALUE_TARGETS", "Crash", "value_from_bytes"]
+
+
+class Crash(AssertionError):
+    """The target raised something other than its named errors."""
+
+
+def _expect(allowed: tuple[type[BaseException], ...], call: Callable[[], Any], what: str) -> Any:
+    try:
+        return call()
+    except allowed:
+        return None
+    except Exception as error:
+        raise Crash(f"{what}: {type(error).__name__}: {str(error)[:200]}") from error
+
+
+def value_from_bytes(data: bytes) -> Any:
+    """A JSON value from arbitrary bytes (None when they are not JSON), for the value targets."""
+    try:
+        return loads_strict(data)
+    except (ValueError, LockstepError):
+        return None
+
+
+# ---------------------------------------------------------------- targets on JSON values
+
+
+def canonical_form(value: Any) -> None:
+    """The canonical form of any JSON value: bytes, or a named error (a lone surrogate, NaN...)."""
+    out = _expect((LockstepError,), lambda: canonical_json(value), "canonical_json")
+    if out is not None and canonical_json(json.loads(out)) != out:
+        raise Crash("canonical_json is not idempotent")
+
+
+def interface_parser(value: Any) -> None:
+    _expect((LockstepError,), lambda: Interface.from_document(value), "Interface.from_document")
+
+
+def manifest_loader(value: Any) -> None:
+    _expect((LockstepError,), lambda: load_pinned(value), "load_pinned")
+
+
+def report_parser(value: Any) -> None:
+    _expect((LockstepError,), lambda: Observation.from_dict(value), "Observation.from_dict")
+    _expect((LockstepError,), lambda: Freshness.from_dict(value), "Freshness.from_dict")
+
+
+def admission_handler(value: Any) -> None:
+    """The pure admission decisions on any pod-shaped (or not) object."""
+    from lockstep.operator.admission_policy import update_violations, violations
+    from lockstep.operator.injection import Binding, BindingError, SidecarSettings, plan_injection
+    from lockstep.operator.webhooks import resolve_binding
+
+    if not _pod_typed(value):
+        return
+    settings = SidecarSettings(image="img", report_url="https://operator")
+    _expect((BindingError,), lambda: plan_injection(value, settings, Binding()), "plan_injection")
+    _expect((), lambda: violations(value, planned_sidecar={"name": "lockstep-sidecar"}, planned_token_volume=None),
+            "violations")
+    _expect((), lambda: update_violations(value, value), "update_violations")
+    # Interfaces passed the CRD schema (and the validating webhook) before the webhook lists them.
+    interfaces = [{"metadata": {"name": "weather"}, "spec": {"selector": {"matchLabels": {"app": "weather"}},
+                                                             "enforcement": "Isolate", "approval": "Manual"}},
+                  {"metadata": {"name": "lenient"}, "spec": {"selector": {"matchExpressions": [
+                      {"key": "tier", "operator": "Exists"}]}, "enforcement": "Audit"}}]
+    _expect((), lambda: resolve_binding(value, interfaces), "resolve_binding")
+
+
+def _pod_typed(value: Any) -> bool:
+    """What a webhook can be sent: the API server decodes a pod into its typed form first (metadata an
+    object with string maps, spec an object whose container lists hold objects), so other shapes never
+    reach the handler. Within these types anything goes."""
+    if not isinstance(value, dict):
+        return False
+    metadata, spec = value.get("metadata", {}), value.get("spec", {})
+    if not isinstance(metadata, dict) or not isinstance(spec, dict):
+        return False
+    if any(not isinstance(metadata.get(key, {}), dict) for key in ("labels", "annotations")):
+        return False
+    if any(not all(isinstance(v, str) for v in metadata.get(key, {}).values()) for key in ("labels", "annotations")):
+        return False
+    for key in ("containers", "initContainers", "ephemeralContainers", "volumes", "readinessGates"):
+        entries = spec.get(key, [])
+        if not isinstance(entries, list) or not all(isinstance(entry, dict) for entry in entries):
+            return False
+        for entry in entries:
+            for listed in ("ports", "volumeMounts", "env"):
+                inner = entry.get(listed, [])
+                if not isinstance(inner, list) or not all(isinstance(item, dict) for item in inner):
+                    return False
+    return True
+
+
+VALUE_TARGETS: dict[str, Callable[[Any], None]] = {
+    "canonical": canonical_form, "interface": interface_parser, "manifest": manifest_loader,
+    "report": report_parser, "admission": admission_handler,
+}
+
+
+# ---------------------------------------------------------------- targets on raw bytes
+
+
+def report_body(data: bytes) -> None:
+    """The operator's report-body parser: a report, or ReportRejected (HTTP 400/413), never a 500."""
+    from lockstep.operator.reports import ReportRejected, parse_report
+
+    _expect((ReportRejected,), lambda: parse_report(data), "parse_report")
+
+
+def cli_file(data: bytes) -> None:
+    """The CLI's file loader (JSON or YAML): a document, or UsageError (exit 2 with one line)."""
+    from lockstep.cli.targets import UsageError, load_document
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "input"
+        path.write_bytes(data)
+        _expect((UsageError,), lambda: load_document(str(path)), "load_document")
+
+
+BYTE_TARGETS: dict[str, Callable[[bytes], None]] = {"report-body": report_body, "cli-file": cli_file}
