@@ -19,23 +19,21 @@ import argparse
 import asyncio
 import contextlib
 import copy
-import json
 import os
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-import yaml  # noqa: E402
-
-from lockstep_testing.control_plane import assets_folder, free_port  # noqa: E402
+import yaml
+from lockstep_testing.control_plane import assets_folder, free_port
 
 NAMESPACE = "agents"
 GATE = "lockstep.dev/interface-verified"
@@ -216,7 +214,6 @@ class EmulatedBackend:
 
     async def start(self, narrator: Narrator) -> None:
         import kmock
-
         from lockstep_testing.kmock_support import Emulator
         from lockstep_testing.lockstep_cluster import lockstep_cluster
 

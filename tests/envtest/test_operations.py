@@ -38,11 +38,8 @@ TOOLS = [{"name": "get_forecast", "description": "Forecast for a city.", "inputS
 @pytest.fixture
 async def mcp() -> AsyncIterator[McpServerHandle]:
     handle = McpServerHandle(MutableServer(tools=copy.deepcopy(TOOLS), kinds=("tools",)))
-    await handle.start()
-    try:
+    async with handle.serving():
         yield handle
-    finally:
-        await handle.stop()
 
 
 def events_about(plane: ControlPlane, namespace: str, name: str) -> list[dict[str, Any]]:

@@ -37,11 +37,8 @@ from lockstep_testing.mcp_servers import MutableServer
 async def mcp() -> AsyncIterator[McpServerHandle]:
     handle = McpServerHandle(MutableServer(tools=copy.deepcopy(TOOLS), instructions="Weather tools.",
                                            kinds=("tools",)))
-    await handle.start()
-    try:
+    async with handle.serving():
         yield handle
-    finally:
-        await handle.stop()
 
 
 async def start_weather_pod(plane: ControlPlane, kubelet: Kubelet, namespace: str, name: str,

@@ -34,7 +34,7 @@ from lockstep_testing.kmock_support import (
 from lockstep_testing.loopback import Certificates, McpServerHandle, make_certificates
 
 __all__ = ["GATE", "NAMESPACE", "Cluster", "application_pod", "interface_resource", "lockstep_cluster",
-           "start_pod", "verified"]
+           "loopback_operator_config", "start_pod", "verified"]
 
 NAMESPACE = "agents"
 GATE = "lockstep.dev/interface-verified"
@@ -127,16 +127,23 @@ async def lockstep_cluster(kmock: Emulator, tmp_path: Path) -> AsyncIterator[Clu
     """Run the operator against ``kmock`` with TLS material in ``tmp_path``."""
     declare_resources(kmock)
     tokens = TokenBook(kmock)
-    certificates = make_certificates(tmp_path)
-    (tmp_path / "ca.crt").write_text(certificates.ca_pem)
-    report_port, webhook_port = free_port(), free_port()
-    config = OperatorConfig(
-        report_host="127.0.0.1", report_port=report_port, tls_cert_path=str(certificates.cert_file),
-        tls_key_path=str(certificates.key_file), metrics_host="127.0.0.1", metrics_port=0, health_port=0,
-        webhook_port=webhook_port, stale_check_interval=0.2, status_flush_interval=0.1,
-        rate_per_pod=50.0, rate_burst=50, sidecar_image="ghcr.io/lockstep-dev/lockstep:test",
-        report_url=f"https://127.0.0.1:{report_port}", operator_ca_path=str(tmp_path / "ca.crt"),
-        token_expiration_seconds=900, own_namespace="lockstep-system")
+    config, certificates = loopback_operator_config(tmp_path, stale_check_interval=0.2, status_flush_interval=0.1)
     async with run_operator(kmock, config) as running:
         yield Cluster(kmock, tokens, running, config, certificates,
-                      f"https://127.0.0.1:{webhook_port}/mutate-pods")
+                      f"https://127.0.0.1:{config.webhook_port}/mutate-pods")
+
+
+def loopback_operator_config(folder: Path, **overrides: Any) -> tuple[OperatorConfig, Certificates]:
+    """The operator's settings for a run on loopback (report endpoint, webhooks and metrics on free ports,
+    TLS from a test CA written into ``folder``), as the chart would set them in a cluster."""
+    certificates = make_certificates(folder)
+    (folder / "ca.crt").write_text(certificates.ca_pem)
+    report_port = free_port()
+    settings: dict[str, Any] = {
+        "report_host": "127.0.0.1", "report_port": report_port, "tls_cert_path": str(certificates.cert_file),
+        "tls_key_path": str(certificates.key_file), "metrics_host": "127.0.0.1", "metrics_port": 0,
+        "health_port": 0, "webhook_port": free_port(), "rate_per_pod": 50.0, "rate_burst": 50,
+        "sidecar_image": "ghcr.io/lockstep-dev/lockstep:test", "report_url": f"https://127.0.0.1:{report_port}",
+        "operator_ca_path": str(folder / "ca.crt"), "token_expiration_seconds": 900,
+        "own_namespace": "lockstep-system"}
+    return OperatorConfig(**{**settings, **overrides}), certificates

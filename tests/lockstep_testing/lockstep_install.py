@@ -23,7 +23,8 @@ from lockstep.operator.config import OperatorConfig
 
 from lockstep_testing.control_plane import ControlPlane, ControlPlaneError, free_port
 from lockstep_testing.kmock_support import RunningOperator, run_operator_thread
-from lockstep_testing.loopback import Certificates, make_certificates
+from lockstep_testing.lockstep_cluster import loopback_operator_config
+from lockstep_testing.loopback import Certificates
 
 __all__ = ["RELEASE", "SYSTEM_NAMESPACE", "Installation", "api_path", "apply", "install_crds", "install_lockstep",
            "render_chart"]
@@ -150,18 +151,11 @@ async def install_lockstep(plane: ControlPlane, folder: Path, *, peering: bool =
         if body["kind"] in RBAC_KINDS:
             apply(plane, body)
     [account] = [body["metadata"]["name"] for body in rendered if body["kind"] == "ServiceAccount"]
-    folder.mkdir(parents=True, exist_ok=True)
-    certificates = make_certificates(folder)
-    (folder / "ca.crt").write_text(certificates.ca_pem)
-    report_port, webhook_port = free_port(), free_port()
-    config = OperatorConfig(
-        report_host="127.0.0.1", report_port=report_port, tls_cert_path=str(certificates.cert_file),
-        tls_key_path=str(certificates.key_file), metrics_host="127.0.0.1", metrics_port=0, health_port=0,
-        webhook_port=webhook_port, stale_check_interval=0.5, status_flush_interval=0.2,
-        rate_per_pod=50.0, rate_burst=50, sidecar_image=SIDECAR_IMAGE,
-        report_url=f"https://127.0.0.1:{report_port}", operator_ca_path=str(folder / "ca.crt"),
-        token_expiration_seconds=900, own_namespace=SYSTEM_NAMESPACE,
-        peering_name=RELEASE if peering else None, peering_priority=100 if peering else None)
+    config, certificates = loopback_operator_config(
+        folder, stale_check_interval=0.5, status_flush_interval=0.2, sidecar_image=SIDECAR_IMAGE,
+        own_namespace=SYSTEM_NAMESPACE, peering_name=RELEASE if peering else None,
+        peering_priority=100 if peering else None)
+    webhook_port = config.webhook_port
     token = plane.request_token(SYSTEM_NAMESPACE, account, seconds=3 * 3600)
     installation = Installation(plane, config, certificates, account, token, webhook_port, rendered)
     webhooks = [loopback_webhooks(body, webhook_port, certificates.ca_pem) for body in rendered

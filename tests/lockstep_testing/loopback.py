@@ -187,6 +187,15 @@ class McpServerHandle:
             self._stack = None
             self.server._sessions.clear()
 
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[McpServerHandle]:
+        """Started for the duration of the block."""
+        await self.start()
+        try:
+            yield self
+        finally:
+            await self.stop()
+
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}{self.path}"

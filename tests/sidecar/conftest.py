@@ -34,11 +34,8 @@ def mcp_server() -> MutableServer:
 @pytest.fixture
 async def mcp(mcp_server: MutableServer, transport: str) -> AsyncIterator[McpServerHandle]:
     handle = McpServerHandle(mcp_server, transport)
-    await handle.start()
-    try:
+    async with handle.serving():
         yield handle
-    finally:
-        await handle.stop()
 
 
 @pytest.fixture

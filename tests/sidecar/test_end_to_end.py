@@ -51,11 +51,8 @@ async def cluster(kmock: Emulator, tmp_path: Path) -> AsyncIterator[Cluster]:
 async def mcp() -> AsyncIterator[McpServerHandle]:
     handle = McpServerHandle(MutableServer(tools=copy.deepcopy(TOOLS), instructions="Weather tools.",
                                            kinds=("tools",)))
-    await handle.start()
-    try:
+    async with handle.serving():
         yield handle
-    finally:
-        await handle.stop()
 
 
 async def test_rug_pull_isolates_the_pod_and_approval_restores_it(
