@@ -54,3 +54,17 @@ async def test_lockstep_verify_refuses_a_decompression_bomb_with_exit_2(tmp_path
     assert result.stdout == ""
     [line] = result.stderr.splitlines()
     assert "Content-Encoding 'gzip'" in line
+
+
+@pytest.mark.parametrize("transport", ["streamable-http", "sse"])
+async def test_an_oversized_answer_is_a_size_error_on_every_transport(transport: str) -> None:
+    """2 MiB in one answer, no string over the 1 MiB string limit, against a 1 MiB answer limit. Before,
+    on the legacy SSE transport an event over the SDK's 1 MiB cap was reported as ServerUnreachable."""
+    from lockstep.core.model import Limits
+
+    big = [{"name": f"t{i}", "description": "x" * (100 * 1024), "inputSchema": {"type": "object"}}
+           for i in range(20)]
+    async with serve_mcp(MutableServer(tools=big), transport) as url:
+        with pytest.raises(ResponseTooLargeError) as refused:
+            await read_interface(url, timeout=20, transport=transport, limits=Limits(max_bytes=1024 * 1024))
+    assert "\n" not in str(refused.value) and "larger than" in str(refused.value)
