@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -197,16 +198,18 @@ def verify_command(target: str, against: str, fail_on: str, as_json: bool, heade
     pinned = load_pinned_file(against)
     if not pinned.revisions:
         raise UsageError(f"{against}: approves no revision")
+    rules = [*pinned.ignore.pointers, *ignore]
+    approved = _redigested(pinned.revisions, rules, against) if ignore else list(pinned.revisions)
     loaded = _load(target, headers, timeout, transport)
-    observed = _revision(loaded, [*pinned.ignore.pointers, *ignore])
-    matched = next((revision for revision in pinned.revisions if revision.aggregate == observed.aggregate), None)
-    findings = [] if matched else _findings_between(pinned.revisions, observed)
+    observed = _revision(loaded, rules)
+    matched = next((revision for revision in approved if revision.aggregate == observed.aggregate), None)
+    findings = [] if matched else _findings_between(approved, observed)
     worst = max_severity(findings) if findings else None
     failing = worst is not None and worst.rank >= Severity(fail_on).rank
     if as_json:
         click.echo(dump_json({
             "match": matched is not None, "digest": observed.aggregate,
-            "approved": [revision.aggregate for revision in pinned.revisions],
+            "approved": [revision.aggregate for revision in approved],
             "maxSeverity": worst.value if worst else None, "findings": render_json(findings),
         }), nl=False)
     elif matched:
@@ -221,18 +224,37 @@ def verify_command(target: str, against: str, fail_on: str, as_json: bool, heade
     sys.exit(EXIT_DRIFT if failing else EXIT_SAME)
 
 
-def _revisions_of(target: str, headers: Sequence[str], timeout: float, transport: str | None,
-                  ignore: Sequence[str]) -> list[Revision]:
+@dataclass(frozen=True)
+class _Side:
+    """One side of a diff: its revisions as read, and the ignore rules of its manifest (if it is one)."""
+
+    source: str
+    revisions: list[Revision]
+    rules: tuple[str, ...] = ()
+
+
+def _side_of(target: str, headers: Sequence[str], timeout: float, transport: str | None) -> _Side:
     """Every approved revision of a manifest, or the one interface of a URL or snapshot."""
     if is_url(target):
-        return [_revision(_load(target, headers, timeout, transport), ignore)]
-    document = load_document(target)  # read and digested once, whichever it turns out to be
+        return _Side(target, [_revision(_load(target, headers, timeout, transport), ())])
+    document = load_document(target)  # read once, whichever it turns out to be
     if not is_manifest(document):
-        return [_revision(snapshot_from(document, target), ignore)]
+        return _Side(target, [_revision(snapshot_from(document, target), ())])
     pinned = pinned_from(document, target)
     if not pinned.revisions:
         raise UsageError(f"{target}: approves no revision")
-    return list(pinned.revisions)
+    return _Side(target, list(pinned.revisions), pinned.ignore.pointers)
+
+
+def _redigested(revisions: Sequence[Revision], rules: Sequence[str], source: str) -> list[Revision]:
+    """``revisions`` digested again under ``rules`` (both sides of a comparison use the same rules)."""
+    result = []
+    for revision in revisions:
+        if revision.interface is None:
+            raise UsageError(f"{source}: --ignore needs the approved definitions, which this manifest leaves out "
+                             "(made with --digests-only); pin it again without --digests-only")
+        result.append(Revision.of(revision.interface, rules))
+    return result
 
 
 @click.command("diff")
@@ -264,8 +286,11 @@ def diff_command(old: str, new: str | None, as_json: bool, color: str, headers: 
     if new is None:
         target = ClusterTarget(kubeconfig, context, namespace)
         sys.exit(diff_resource(old, target, as_json=as_json, color=_color(color)))
-    old_revisions = _revisions_of(old, headers, timeout, transport, ignore)
-    new_revisions = _revisions_of(new, headers, timeout, transport, ignore)
+    sides = [_side_of(old, headers, timeout, transport), _side_of(new, headers, timeout, transport)]
+    # One set of rules for both sides: --ignore and the ignore rules of every manifest compared.
+    rules = sorted({*ignore, *sides[0].rules, *sides[1].rules})
+    old_revisions, new_revisions = (_redigested(side.revisions, rules, side.source) if _needs(side, rules)
+                                    else side.revisions for side in sides)
     new_revision = closest_revision(new_revisions, old_revisions[-1]) if len(new_revisions) > 1 else new_revisions[0]
     old_revision = closest_revision(old_revisions, new_revision)
     findings = [] if old_revision.aggregate == new_revision.aggregate else diff_revisions(old_revision, new_revision)
@@ -275,6 +300,11 @@ def diff_command(old: str, new: str | None, as_json: bool, color: str, headers: 
         colored = _color(color)
         click.echo(render_text(findings, color=colored), nl=False, color=colored)
     sys.exit(EXIT_DRIFT if findings else EXIT_SAME)
+
+
+def _needs(side: _Side, rules: Sequence[str]) -> bool:
+    """Whether the side's revisions were digested under other rules than ``rules``."""
+    return sorted(side.rules) != list(rules)
 
 
 def _color(mode: str = "auto") -> bool:
