@@ -206,21 +206,21 @@ def verify_command(target: str, against: str, fail_on: str, as_json: bool, heade
     findings = [] if matched else _findings_between(approved, observed)
     worst = max_severity(findings) if findings else None
     failing = worst is not None and worst.rank >= Severity(fail_on).rank
+    tolerated = f"the worst finding is {worst.value if worst else 'none'}, below --fail-on {fail_on}"
     if as_json:
         click.echo(dump_json({
-            "match": matched is not None, "digest": observed.aggregate,
-            "approved": [revision.aggregate for revision in approved],
+            "match": matched is not None, "passed": not failing, "failOn": fail_on,
+            "reason": "approved" if matched else (tolerated if not failing else "drift"),
+            "digest": observed.aggregate, "approved": [revision.aggregate for revision in approved],
             "maxSeverity": worst.value if worst else None, "findings": render_json(findings),
         }), nl=False)
     elif matched:
         click.echo(f"verified: {target} serves approved revision {matched.aggregate}")
     else:
-        click.echo(f"drift: {target} serves {observed.aggregate}, which {against} does not approve")
+        verdict = f"passed ({tolerated})" if not failing else "drift"
+        click.echo(f"{verdict}: {target} serves {observed.aggregate}, which {against} does not approve")
         colored = _color()
         click.echo(render_text(findings, color=colored), nl=False, color=colored)
-        if not failing:
-            click.echo(f"note: the worst finding is {worst.value if worst else 'none'}, "
-                       f"below --fail-on {fail_on}", err=True)
     sys.exit(EXIT_DRIFT if failing else EXIT_SAME)
 
 

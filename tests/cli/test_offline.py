@@ -81,7 +81,15 @@ def test_verify_fail_on_high_lets_lower_drift_pass(invoke, write):
     pin = write("pin.json", APPROVED)
     assert invoke("verify", write("r.json", reworded), "--against", pin).exit_code == 1
     lenient = invoke("verify", write("r.json", reworded), "--against", pin, "--fail-on", "high")
-    assert lenient.exit_code == 0 and "below --fail-on high" in lenient.stderr
+    # stdout says it passed and why (before: "drift:" and the whole diff on stdout, then exit 0)
+    assert lenient.exit_code == 0 and lenient.stdout.startswith("passed (the worst finding is ")
+    assert "below --fail-on high" in lenient.stdout.splitlines()[0] and "drift:" not in lenient.stdout
+    machine = json.loads(invoke("verify", write("r.json", reworded), "--against", pin, "--fail-on", "high",
+                                "--json").stdout)
+    assert (machine["match"], machine["passed"], machine["failOn"]) == (False, True, "high")
+    assert "below --fail-on high" in machine["reason"]
+    strict = json.loads(invoke("verify", write("r.json", reworded), "--against", pin, "--json").stdout)
+    assert (strict["passed"], strict["reason"]) == (False, "drift")
     assert invoke("verify", write("p.json", poisoned()), "--against", pin, "--fail-on", "high").exit_code == 1
 
 
