@@ -52,7 +52,7 @@ class ComponentDigest:
         try:
             return cls(ComponentKind(data["kind"]), str(data["name"]), str(data["digest"]))
         except (KeyError, ValueError, TypeError) as error:
-            raise MalformedInterfaceError(f"bad component digest entry {dict(data)!r}: {error}") from None
+            raise MalformedInterfaceError(f"bad component digest entry {data!r}: {error}") from None
 
 
 @dataclass(frozen=True)

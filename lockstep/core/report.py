@@ -99,11 +99,14 @@ class Observation:
             except (KeyError, ValueError, TypeError, AttributeError):
                 raise ReportError(f"unknown failure {failure!r}") from None
             return cls.of_failure(reason, message, observed_at, view=view)
+        entries = body.get("components") or []
+        if not isinstance(entries, list):
+            raise ReportError("components must be a list of {kind, name, digest}")
         try:
             ensure_formula(str(body.get("formula")))
-            components = [ComponentDigest.from_dict(entry) for entry in body.get("components") or []]
+            components = [ComponentDigest.from_dict(entry) for entry in entries]
             claimed = InterfaceDigest.from_components(components, str(body["formula"]))
-        except (FormulaError, InterfaceError, TypeError, KeyError) as error:
+        except (FormulaError, InterfaceError, TypeError, KeyError, ValueError) as error:
             raise ReportError(f"bad digests: {error}") from None
         if claimed.digest != body.get("digest"):
             raise ReportError("the aggregate digest does not match the component digests")

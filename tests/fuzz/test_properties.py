@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from lockstep_testing.fuzz_targets import BYTE_TARGETS, VALUE_TARGETS
 from lockstep_testing.json_strategies import json_values
@@ -34,6 +34,9 @@ SHAPED = st.fixed_dictionaries({}, optional={
 
 @pytest.mark.parametrize("target", sorted(VALUE_TARGETS))
 @given(value=st.one_of(json_values(), SHAPED))
+# Found by this property in CI: components as an object raised a bare ValueError in Observation.from_dict.
+@example(value={"formula": "lockstep/v1", "observedAt": "", "components": {"0": None}})
+@example(value={"formula": "lockstep/v1", "observedAt": "", "components": ["ab"]})
 def test_value_targets_raise_only_named_errors(target: str, value: Any) -> None:
     VALUE_TARGETS[target](value)
 
