@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import click
@@ -110,4 +112,25 @@ def operator_command(namespaces: Sequence[str], report_port: int, tls_cert: str 
         allow_opt_out=tuple(name for entry in allow_opt_out for name in entry.split()),
         source_rate=source_rate, source_burst=source_burst, max_clock_skew=max_clock_skew,
     )
+    _require_credentials()
     asyncio.run(LockstepOperator(config).run())
+
+
+IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+
+
+def _require_credentials() -> None:
+    """One clear line instead of kopf's retries and tracebacks when there is no cluster to talk to."""
+    from lockstep.cli.targets import UsageError
+
+    if os.environ.get("KUBERNETES_SERVICE_HOST") and IN_CLUSTER_TOKEN.exists():
+        return
+    import kubernetes
+
+    try:
+        kubernetes.config.load_kube_config()
+    except Exception as error:  # noqa: BLE001 - any reason: say it in one line
+        where = os.environ.get("KUBECONFIG") or "~/.kube/config"
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise UsageError(f"no Kubernetes credentials: not running in a cluster, and no usable kubeconfig "
+                         f"({where}: {reason}); run it in the chart's Deployment, or set KUBECONFIG") from None

@@ -20,6 +20,7 @@ def started(monkeypatch: pytest.MonkeyPatch) -> list[OperatorConfig]:
         configs.append(self.config)
 
     monkeypatch.setattr(LockstepOperator, "run", run)
+    monkeypatch.setattr("lockstep.operator.cli._require_credentials", lambda: None)  # as if in a cluster
     return configs
 
 
@@ -43,3 +44,18 @@ def test_tls_files_go_together(started: list[OperatorConfig]) -> None:
 def test_bad_sidecar_resources_are_a_usage_error(started: list[OperatorConfig]) -> None:
     result = CliRunner().invoke(cli, ["operator", "--sidecar-resources", "[1]"])
     assert result.exit_code == 2 and "must be a JSON object" in result.output
+
+
+def test_outside_a_cluster_the_operator_says_so_in_one_line(tmp_path: Any) -> None:
+    """Before: kopf retried and printed a 68-line traceback."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith(("KUBERNETES_", "LOCKSTEP_"))},
+           "KUBECONFIG": str(tmp_path / "missing"), "HOME": str(tmp_path)}
+    result = subprocess.run([sys.executable, "-m", "lockstep.cli", "operator"], capture_output=True, text=True,
+                            env=env, timeout=60, check=False)
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: no Kubernetes credentials") and "KUBECONFIG" in line
