@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -155,14 +156,41 @@ def snapshot_command(target: str, name: str, namespace: str | None, selector: Se
       lockstep snapshot http://weather.agents:8080/mcp --name weather -n agents > weather.yaml
       kubectl apply -f weather.yaml
     """
+    _check_name(name, "--name", DNS_SUBDOMAIN, 253)
+    if namespace is not None:
+        _check_name(namespace, "-n/--namespace", DNS_LABEL, 63)
     loaded = _load(target, headers, timeout, transport)
     revision = _revision(loaded, ignore)
+    endpoint = _endpoint_from(target, endpoint_port, endpoint_path, transport)
     manifest = build_manifest(
         revision, name=name, namespace=namespace, selector=_parse_selector(selector),
-        endpoint=_endpoint_from(target, endpoint_port, endpoint_path, transport), ignore=list(ignore),
-        with_definitions=not digests_only,
+        endpoint=endpoint, ignore=list(ignore), with_definitions=not digests_only,
     )
     click.echo(dump_yaml(manifest) if output == "yaml" else dump_json(manifest), nl=False)
+    click.echo(f"endpoint {endpoint['transport']} on port {endpoint['port']}, path {endpoint['path']}: "
+               f"{_endpoint_source(target, endpoint_port, endpoint_path)}", err=True)
+
+
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _check_name(value: str, option: str, pattern: re.Pattern[str], limit: int) -> None:
+    """Kubernetes refuses names that are not DNS-1123: say so now, not at kubectl apply."""
+    if len(value) > limit or not pattern.match(value):
+        raise UsageError(f"{option} {value!r} is not a valid Kubernetes name: lowercase letters, digits and '-'"
+                         f"{' and .' if pattern is DNS_SUBDOMAIN else ''}, starting and ending with a letter or "
+                         f"digit, at most {limit} characters")
+
+
+def _endpoint_source(target: str, port: int | None, path: str | None) -> str:
+    given = [option for option, value in (("--endpoint-port", port), ("--endpoint-path", path)) if value is not None]
+    if is_url(target):
+        return "from the URL" + (f" and {', '.join(given)}" if given else "")
+    if given:
+        return f"from {', '.join(given)}, the rest the defaults"
+    return ("the defaults: TARGET is a file, so the pod's port and path are not known; "
+            "set --endpoint-port and --endpoint-path")
 
 
 def _findings_between(approved: Sequence[Revision], observed: Revision) -> list[Any]:

@@ -135,7 +135,7 @@ def test_accepts_the_manifest_that_snapshot_prints(tmp_path: Path) -> None:
     for extra in ([], ["--digests-only"], ["--ignore", "/tools/*/description"]):
         result = CliRunner().invoke(cli, ["snapshot", str(snapshot), "--name", "weather", "-n", "agents", *extra])
         assert result.exit_code == 0, result.output
-        defaulted = validate(yaml.safe_load(result.output))
+        defaulted = validate(yaml.safe_load(result.stdout))
         assert defaulted["spec"]["probe"] == {"interval": "60s"}  # timeout and staleAfter follow interval
 
 
