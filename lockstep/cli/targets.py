@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,6 +34,8 @@ __all__ = [
     "snapshot_from",
 ]
 
+#: What a server address without its scheme looks like (``127.0.0.1:18080/mcp``, ``weather:8080``).
+HOST_PORT = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d+(/.*)?$")
 #: Interface files hold at most 16 MiB of canonical JSON; their YAML form may be larger.
 MAX_FILE_BYTES = 24 * 1024 * 1024
 
@@ -98,6 +101,11 @@ def _read_text(path: str) -> str:
                 raise UsageError(f"{path}: larger than {MAX_FILE_BYTES} bytes")
             with file.open("rb") as stream:
                 raw = stream.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        hint = ""
+        if HOST_PORT.match(path):
+            hint = f"; a server needs its URL with the scheme, e.g. http://{path}"
+        raise UsageError(f"cannot read {path}: no such file{hint}") from None
     except OSError as error:
         raise UsageError(f"cannot read {path}: {error.strerror or error}") from None
     if len(raw) > MAX_FILE_BYTES:
@@ -166,6 +174,8 @@ def pinned_from(document: Any, source: str) -> Pinned:
 def snapshot_from(document: Any, source: str) -> LoadedTarget:
     """The interface of a parsed snapshot document."""
     try:
+        if isinstance(document, Mapping) and "apiVersion" in document:
+            load_pinned(document)  # some other Kubernetes or Helm file: say what it is
         return LoadedTarget(Interface.from_document(document, DEFAULT_LIMITS), document, source)
     except LockstepError as error:
         raise UsageError(f"{source}: {error}") from None
@@ -177,10 +187,20 @@ def read_live(url: str, *, headers: Mapping[str, str], timeout: float, transport
     try:
         result = asyncio.run(read_interface(url, transport=transport, headers=headers, timeout=timeout))
     except ReaderError as error:
-        raise UsageError(f"{url}: {error}") from None
+        message = str(error) if str(error).startswith(url) else f"{url}: {error}"  # say the URL once
+        raise UsageError(message + _transport_hint(message, transport)) from None
     except LockstepError as error:
         raise UsageError(f"{url}: invalid interface: {error}") from None
     return LoadedTarget(result.interface, result.document, url)
+
+
+def _transport_hint(message: str, transport: str | None) -> str:
+    """The usual cause of an HTTP 4xx at the first request: the other MCP transport."""
+    if not re.search(r"HTTP 40[045]\b", message):
+        return ""
+    if transport == "sse":
+        return " (is it a streamable HTTP endpoint? try without --transport sse)"
+    return " (is it a legacy SSE endpoint? try --transport sse, or its /sse URL)"
 
 
 def load_target(

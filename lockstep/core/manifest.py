@@ -51,8 +51,11 @@ def load_pinned(document: Any, limits: Limits = DEFAULT_LIMITS) -> Pinned:
     """Read the approved revisions from a manifest, or the single revision of a snapshot."""
     if not is_manifest(document):
         if isinstance(document, Mapping) and "apiVersion" in document:
+            kind = document.get("kind")
+            found = f"kind {kind!r}" if kind else f"apiVersion {document.get('apiVersion')!r} and no kind"
             raise MalformedInterfaceError(
-                f"expected kind {KIND} or an interface snapshot, got kind {document.get('kind')!r}"
+                f"not an {KIND} manifest or an interface snapshot (it has {found}); give the file that "
+                "lockstep snapshot wrote"
             )
         return Pinned((Revision.of(Interface.from_document(document, limits)),), IgnoreRules(), "snapshot")
     api_version = document.get("apiVersion")
