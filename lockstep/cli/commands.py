@@ -101,6 +101,8 @@ def hash_command(target: str, as_json: bool, save: str | None, headers: Sequence
             Path(save).write_text(dump_json(loaded.interface.to_document()), encoding="utf-8")
         except OSError as error:
             raise UsageError(f"cannot write {save}: {error.strerror or error}") from None
+        click.echo(f"saved the interface of {target} to {save} ({len(revision.digest.components)} components; "
+                   f"lockstep hash {save} gives the same digests)", err=True)
     click.echo(dump_json(revision.digest.to_dict()) if as_json else _digest_table(revision.digest), nl=False)
 
 
@@ -327,6 +329,8 @@ def diff_command(old: str, new: str | None, as_json: bool, color: str, headers: 
     elif findings:
         colored = _color(color)
         click.echo(render_text(findings, color=colored), nl=False, color=colored)
+    else:
+        click.echo(f"no differences: {old} and {new} are the same interface ({new_revision.aggregate})")
     sys.exit(EXIT_DRIFT if findings else EXIT_SAME)
 
 

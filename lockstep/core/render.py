@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -106,12 +107,29 @@ def _is_text(detail: FieldChange) -> bool:
 
 
 def _text_diff(pointer: str, old: str, new: str) -> list[str]:
+    """A unified diff of two texts in which every change shows: invisible characters are spelled out,
+    and so are trailing blanks and, when nothing else differs, the line endings."""
     label = pointer[1:] or "instructions"
-    diff = difflib.unified_diff(
-        visible(old).splitlines() or [""], visible(new).splitlines() or [""],
-        fromfile=f"approved {label}", tofile=f"observed {label}", lineterm="", n=_CONTEXT_LINES,
-    )
+    old_lines, new_lines = _lines(old, endings=False), _lines(new, endings=False)
+    if old_lines == new_lines:
+        old_lines, new_lines = _lines(old, endings=True), _lines(new, endings=True)
+    diff = difflib.unified_diff(old_lines, new_lines, fromfile=f"approved {label}", tofile=f"observed {label}",
+                                lineterm="", n=_CONTEXT_LINES)
     return list(diff)
+
+
+_TRAILING_BLANKS = re.compile(r"[ \t]+$")
+_ENDINGS = {"\r\n": "<CR><LF>", "\n": "<LF>", "\r": "<CR>"}
+
+
+def _lines(text: str, *, endings: bool) -> list[str]:
+    """The text's lines, made visible; trailing blanks as <U+0020>/<U+0009>, line endings when asked."""
+    lines = []
+    for line in visible(text).splitlines(keepends=True) or [""]:
+        body = line.rstrip("\r\n")
+        body = _TRAILING_BLANKS.sub(lambda blanks: "".join(f"<U+{ord(c):04X}>" for c in blanks.group()), body)
+        lines.append(body + (_ENDINGS.get(line[len(line.rstrip("\r\n")):], "") if endings else ""))
+    return lines
 
 
 def _whole_component_lines(detail: FieldChange) -> list[str]:
