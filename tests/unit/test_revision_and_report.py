@@ -63,7 +63,7 @@ def test_a_snapshot_pins_one_revision(revision):
 
 
 def test_manifest_of_another_kind_is_refused():
-    with pytest.raises(MalformedInterfaceError, match="not an MCPServerInterface manifest or an interface snapshot .it has kind .ConfigMap.):
+    with pytest.raises(MalformedInterfaceError, match="not an MCPServerInterface manifest .*kind 'ConfigMap'"):
         load_pinned({"apiVersion": "v1", "kind": "ConfigMap"})
 
 
