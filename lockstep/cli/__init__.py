@@ -3,13 +3,20 @@
 Conventions (kubectl's): human output by default, ``--json``/``-o json`` for
 machines; stdout carries only the result, errors go to stderr as one line;
 exit 0 = success or no drift, 1 = drift, 2 = unusable input or unreachable
-server. Every option can also come from a ``LOCKSTEP_<OPTION>`` environment
-variable (a flag beats the environment, which beats the default).
+server.
+
+Environment: every option can also come from ``LOCKSTEP_<OPTION>``, the long option name in capitals
+with dashes as underscores (``--fail-on`` is ``LOCKSTEP_FAIL_ON``), the same for every command; a
+repeatable option takes one value per line (``LOCKSTEP_HEADER``, ``LOCKSTEP_IGNORE``). A flag beats the
+environment, which beats the default. A ``LOCKSTEP_*`` variable that no part of Lockstep reads is
+reported on stderr, so that a misspelt setting in CI is never silently dropped.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import os
 import sys
 from typing import Any
 
@@ -59,10 +66,55 @@ def _unavailable(name: str) -> None:
     raise UsageError(f"the {name} command is not available in this build")
 
 
-@click.group(cls=LockstepGroup, context_settings={"help_option_names": ["-h", "--help"],
-                                                    "auto_envvar_prefix": "LOCKSTEP"})
+#: LOCKSTEP_* variables read by the other components (sidecar settings, operator options) and by the
+#: project's own tooling; tests/cli/test_environment.py keeps this list equal to what they read.
+READ_ELSEWHERE = frozenset({
+    "LOCKSTEP_ALLOW_OPT_OUT", "LOCKSTEP_BODY_LIMIT", "LOCKSTEP_HEADERS_DIR", "LOCKSTEP_HEALTH_PORT",
+    "LOCKSTEP_INTERFACE", "LOCKSTEP_MAX_CLOCK_SKEW", "LOCKSTEP_MCP_PATH", "LOCKSTEP_MCP_PORT",
+    "LOCKSTEP_MCP_TRANSPORT", "LOCKSTEP_MCP_URL", "LOCKSTEP_METRICS_PORT", "LOCKSTEP_NAMESPACES",
+    "LOCKSTEP_OBSERVED_CONFIGMAP_LIMIT", "LOCKSTEP_OBSERVED_CONFIGMAP_SIZE_LIMIT", "LOCKSTEP_OPERATOR_CA",
+    "LOCKSTEP_OPERATOR_URL", "LOCKSTEP_OWN_NAMESPACE", "LOCKSTEP_PEERING", "LOCKSTEP_PROBE_INTERVAL",
+    "LOCKSTEP_PROBE_TIMEOUT", "LOCKSTEP_RATE_BURST", "LOCKSTEP_RATE_PER_POD", "LOCKSTEP_REPORT_PORT",
+    "LOCKSTEP_REPORT_URL", "LOCKSTEP_SIDECAR_IMAGE", "LOCKSTEP_SIDECAR_PORT", "LOCKSTEP_SIDECAR_RESOURCES",
+    "LOCKSTEP_SOURCE_BURST", "LOCKSTEP_SOURCE_RATE", "LOCKSTEP_TLS_CERT", "LOCKSTEP_TLS_KEY",
+    "LOCKSTEP_TOKEN_EXPIRATION", "LOCKSTEP_TOKEN_PATH", "LOCKSTEP_VERBOSE", "LOCKSTEP_WEBHOOK_PORT",
+})
+#: Prefixes of the project's test and benchmark settings (tests/e2e, bench/, the envtest cache).
+TOOLING_PREFIXES = ("LOCKSTEP_E2E_", "LOCKSTEP_BENCH_", "LOCKSTEP_ENVTEST_")
+
+
+class _Lines(click.types.StringParamType):
+    """Text whose environment value holds one value per line (a header value may contain spaces)."""
+
+    def split_envvar_value(self, rv: str) -> list[str]:  # type: ignore[override]
+        return [line.strip() for line in rv.splitlines() if line.strip()]
+
+
+def apply_environment_rule(command: click.Command) -> None:
+    """Give every option of ``command`` its ``LOCKSTEP_<OPTION>`` variable (see the module doc)."""
+    for param in command.params:
+        if not isinstance(param, click.Option) or not param.opts:
+            continue
+        if not param.envvar:
+            param.envvar = "LOCKSTEP_" + max(param.opts, key=len).lstrip("-").replace("-", "_").upper()
+        if param.multiple and type(param.type) is click.types.StringParamType:
+            param.type = _Lines()
+
+
+def _warn_unknown_environment(commands: list[click.Command]) -> None:
+    known = READ_ELSEWHERE | {str(param.envvar) for command in commands for param in command.params
+                              if isinstance(param, click.Option) and param.envvar}
+    for name in sorted(os.environ):
+        if name.startswith("LOCKSTEP_") and name not in known and not name.startswith(TOOLING_PREFIXES):
+            close = difflib.get_close_matches(name, sorted(known), n=1)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            click.echo(f"warning: {name} is set but no part of Lockstep reads it{hint}", err=True)
+
+
+@click.group(cls=LockstepGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="lockstep")
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """Lockstep pins the public interface of MCP servers.
 
     \b
@@ -70,9 +122,12 @@ def cli() -> None:
       lockstep snapshot http://127.0.0.1:8000/mcp --name weather > weather.yaml
       lockstep verify http://127.0.0.1:8000/mcp --against weather.yaml
     """
+    if ctx.invoked_subcommand not in LAZY_COMMANDS:  # the sidecar and operator read their own variables
+        _warn_unknown_environment(list(cli.commands.values()))
 
 
 for _command in (hash_command, snapshot_command, verify_command, diff_command, approve_command):
+    apply_environment_rule(_command)
     cli.add_command(_command)
 
 
