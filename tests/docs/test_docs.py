@@ -17,7 +17,7 @@ from lockstep.cli import cli
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), CHART_DIR / "README.md"]
-FENCE = re.compile(r"```[a-z]*\n(.*?)```", re.S)
+FENCE = re.compile(r"```[a-z]*\n(.*?)```", re.DOTALL)
 SHELL_ENDS = {">", ">>", "|", "&&", "||", ";", "2>&1", "#"}
 
 
@@ -100,7 +100,7 @@ def test_chart_object_names_in_the_docs_are_the_rendered_ones(rendered_names: di
 
 
 def test_the_python_snippet_of_digest_md_computes_the_test_vectors() -> None:
-    [snippet] = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "digest.md").read_text(), re.S)
+    [snippet] = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / "digest.md").read_text(), re.DOTALL)
     namespace: dict[str, object] = {}
     exec(compile(snippet, "docs/digest.md", "exec"), namespace)  # noqa: S102 - the docs' own code
     vectors = json.loads((ROOT / "tests" / "data" / "digest_vectors.json").read_text())["vectors"]
