@@ -243,6 +243,7 @@ def test_the_bounds_are_operator_options_and_environment_variables(monkeypatch):
         configs.append(self.config)
 
     monkeypatch.setattr(LockstepOperator, "run", run)
+    monkeypatch.setattr("lockstep.operator.cli._require_credentials", lambda: None)  # as if in a cluster
     env = {"LOCKSTEP_OBSERVED_CONFIGMAP_LIMIT": "3"}
     result = CliRunner().invoke(cli, ["operator", "--observed-configmap-size-limit", "512000"], env=env)
     assert result.exit_code == 0, result.output
