@@ -8,9 +8,12 @@ webhook injected. Each trial changes a tool description on the live server (the 
 times how long until the pod's condition ``lockstep.dev/interface-verified`` is ``False`` in the
 API server's store, then restores the description and waits for ``True`` again.
 
-Two series:
+Three series:
 
-- **list_changed**: the server sends ``notifications/tools/list_changed`` after the change;
+- **2025 list_changed**: a server of the handshake era (it does not know ``server/discover``) sends
+  ``notifications/tools/list_changed`` on its session after the change;
+- **2026 listen**: a server that speaks only 2026-07-28 publishes the change on the
+  ``subscriptions/listen`` stream the sidecar holds open;
 - **timer only**: the server stays silent; the sidecar's jittered timer (``--interval``) finds it.
   Each of these trials starts at a random phase of the timer.
 
@@ -67,6 +70,16 @@ TOOLS = [
 CLEAN = TOOLS[1]["description"]
 POLL = 0.002
 TRIAL_TIMEOUT = 120.0
+#: Series name -> (the server sends a change notification, the server's protocol era).
+SERIES = {
+    "2025 list_changed": (True, {"handshake_only": True}),
+    "2026 listen": (True, {"modern_only": True}),
+    "timer only": (False, {}),
+}
+
+
+def weather_server(era: dict[str, bool]) -> MutableServer:
+    return MutableServer(tools=copy.deepcopy(TOOLS), instructions="Weather tools.", kinds=("tools",), **era)
 
 
 async def wait_condition(cluster: Cluster, pod: str, status: str) -> float:
@@ -107,8 +120,9 @@ async def trial(cluster: Cluster, sidecar: RunningSidecar, server: MutableServer
     return measured - pulled, isolated - pulled
 
 
-async def series(notify: bool, trials: int, interval: float, folder: Path) -> list[tuple[float, float]]:
-    server = MutableServer(tools=copy.deepcopy(TOOLS), instructions="Weather tools.", kinds=("tools",))
+async def series(notify: bool, era: dict[str, bool], trials: int, interval: float,
+                 folder: Path) -> list[tuple[float, float]]:
+    server = weather_server(era)
     mcp = McpServerHandle(server)
     await mcp.start()
     try:
@@ -132,7 +146,8 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
 
 
-async def real_series(notify: bool, trials: int, interval: float, folder: Path) -> list[dict[str, float]]:
+async def real_series(notify: bool, era: dict[str, bool], trials: int, interval: float,
+                      folder: Path) -> list[dict[str, float]]:
     """The trials on a real control plane: seconds from the rug pull to each step."""
     from lockstep_testing.cluster_objects import (
         condition,
@@ -149,7 +164,7 @@ async def real_series(notify: bool, trials: int, interval: float, folder: Path) 
     assets = assets_folder()
     if assets is None:
         raise SystemExit("--backend real needs KUBEBUILDER_ASSETS (etcd, kube-apiserver, kube-controller-manager)")
-    server = MutableServer(tools=copy.deepcopy(TOOLS), instructions="Weather tools.", kinds=("tools",))
+    server = weather_server(era)
     mcp = McpServerHandle(server)
     await mcp.start()
     gate = "lockstep.dev/interface-verified"
@@ -225,12 +240,13 @@ def print_row(name: str, step: str, values: list[float]) -> None:
 async def main(trials: int, interval: float, backend: str) -> None:
     kmock_rows, real_rows = [], []
     with tempfile.TemporaryDirectory() as folder:
-        for notify in (True, False):
-            name = "list_changed" if notify else f"timer only ({interval:g}s)"
+        for number, (name, (notify, era)) in enumerate(SERIES.items()):
+            name = name if notify else f"{name} ({interval:g}s)"
             if backend in ("kmock", "both"):
-                kmock_rows.append((name, await series(notify, trials, interval, Path(folder) / f"k{notify}")))
+                kmock_rows.append((name, await series(notify, era, trials, interval, Path(folder) / f"k{number}")))
             if backend in ("real", "both"):
-                real_rows.append((name, await real_series(notify, trials, interval, Path(folder) / f"r{notify}")))
+                real_rows.append((name, await real_series(notify, era, trials, interval,
+                                                          Path(folder) / f"r{number}")))
     print(f"rug pull -> pod cut out of its Service, {trials} trials per series")
     print("('sidecar measured': the sidecar has read and digested the new interface; 'condition False':")
     print(" the report over HTTPS, TokenReview, judging and the pod status patch are done)")

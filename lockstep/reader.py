@@ -1,12 +1,13 @@
 """Reading a live MCP server's interface with the ``mcp`` SDK (2.x) client.
 
-:func:`read_interface` connects over streamable HTTP or SSE, runs ``initialize`` (or,
-with ``protocol="auto"``, the 2026-07-28 ``server/discover`` first), then every list method the server's capabilities announce (``tools/list``,
+:func:`read_interface` connects over streamable HTTP or SSE, asks the 2026-07-28
+``server/discover`` (falling back to the ``initialize`` handshake of earlier revisions;
+see :data:`PROTOCOLS`), then every list method the server's capabilities announce (``tools/list``,
 ``prompts/list``, ``resources/list``, ``resources/templates/list``), follows every
 ``nextCursor`` and returns the interface document: the instructions and each list's
 items concatenated over pages, each item exactly as the server sent it on the wire.
 :func:`connect` keeps one session open for repeated reads and ``list_changed``
-notifications (the sidecar)::
+changes (the sidecar; in the 2026-07-28 era on a ``subscriptions/listen`` stream)::
 
     result = await read_interface("http://127.0.0.1:8080/mcp", headers={"Authorization": "Bearer t"})
     result.interface, result.document, result.protocol_version
@@ -50,15 +51,19 @@ from mcp import types
 from mcp.client.session import ClientSession
 from mcp.client.sse import sse_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import SubscriptionLost, listen
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
+from mcp.shared.subscriptions import PromptsListChanged, ResourcesListChanged, ToolsListChanged
 from mcp_types import SERVER_INFO_META_KEY
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
 from lockstep.core.errors import InterfaceError, LockstepError
 from lockstep.core.model import DEFAULT_LIMITS, Interface, Limits, check_json_value
 
 __all__ = [
+    "DEFAULT_PROTOCOL",
     "DEFAULT_TIMEOUT",
     "PROTOCOLS",
     "TRANSPORTS",
@@ -81,9 +86,11 @@ logger = logging.getLogger("lockstep.reader")
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_MAX_PAGES = 1000
 TRANSPORTS = ("streamable-http", "sse")
-#: ``handshake``: ``initialize`` (2025-06-18, 2025-11-25...). ``auto``: 2026-07-28
-#: ``server/discover`` first, ``initialize`` when the server does not answer it.
-PROTOCOLS = ("handshake", "auto")
+#: ``auto`` (the default): the 2026-07-28 ``server/discover`` first, the ``initialize``
+#: handshake (2025-06-18, 2025-11-25...) when the server does not answer it.
+#: ``discover``: 2026-07-28 only. ``handshake``: ``initialize`` only.
+PROTOCOLS = ("auto", "discover", "handshake")
+DEFAULT_PROTOCOL = "auto"
 #: The SDK's SSE client (``sse_client``) refuses a single event larger than this.
 SSE_CLIENT_EVENT_LIMIT = 1024 * 1024
 
@@ -175,7 +182,25 @@ _LIST_CHANGED_KINDS: tuple[tuple[type[Any], str], ...] = (
     (types.PromptListChangedNotification, "prompts"),
     (types.ResourceListChangedNotification, "resources"),
 )
+_EVENT_KINDS: dict[type[Any], str] = {
+    ToolsListChanged: "tools",
+    PromptsListChanged: "prompts",
+    ResourcesListChanged: "resources",
+}
 _ANY_RESULT: TypeAdapter[Any] = TypeAdapter(Any)
+
+
+async def _call(callback: ListChangedCallback, kind: str) -> None:
+    outcome = callback(kind)
+    if inspect.isawaitable(outcome):
+        await outcome
+
+
+async def _call_safely(callback: ListChangedCallback, kind: str) -> None:
+    try:
+        await _call(callback, kind)
+    except Exception:  # a failing callback must not end the session
+        logger.exception("on_list_changed callback raised")
 
 
 def resolve_transport(url: str, transport: str | None = None) -> str:
@@ -362,11 +387,11 @@ class _MeteredTransport(httpx2.AsyncBaseTransport):
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
             await response.aclose()
-            error = ResponseTooLargeError(f"{self._wire.url}: the server answered with Content-Encoding "
-                                          f"{encoding[:40]!r} although the reader asked for identity; a "
-                                          "compressed body is refused (its decoded size is unbounded)")
-            self._wire.fail(error)
-            raise httpx2.DecodingError(str(error), request=request)
+            refusal = ResponseTooLargeError(f"{self._wire.url}: the server answered with Content-Encoding "
+                                            f"{encoding[:40]!r} although the reader asked for identity; a "
+                                            "compressed body is refused (its decoded size is unbounded)")
+            self._wire.fail(refusal)
+            raise httpx2.DecodingError(str(refusal), request=request)
         content_type = response.headers.get("content-type", "").lower()
         per_event = content_type.startswith("text/event-stream")
         limit = (
@@ -392,6 +417,8 @@ class LiveSession:
         self._timeout, self._max_pages = timeout, max_pages
         self._lock = anyio.Lock()
         self._initialize: dict[str, Any] = {}
+        self._listening: tuple[str, ...] = ()
+        self._discovered = False
 
     @property
     def url(self) -> str:
@@ -440,6 +467,8 @@ class LiveSession:
             with self._wire.guard():
                 if protocol == "auto":
                     await self._negotiate()
+                elif protocol == "discover":
+                    await self._session.discover()
                 else:
                     await self._session.initialize()
         except ValidationError as error:
@@ -452,6 +481,7 @@ class LiveSession:
             raise ProtocolError(f"{self._wire.waiting_for}: {_one_line(error)}") from None
         self._initialize = self._wire.take_result(self._wire.waiting_for)
         _check_plain_json(self._wire.waiting_for, self._initialize, self._wire.limits)
+        self._discovered = True
 
     async def _negotiate(self) -> None:
         """2026-07-28 ``server/discover`` first; anything but a modern answer falls back to ``initialize``."""
@@ -462,7 +492,22 @@ class LiveSession:
             self._wire.waiting_for = "initialize"
             await self._session.initialize()
 
+    async def _rediscover(self) -> None:
+        """2026-07-28 has no session: ask ``server/discover`` again for current instructions and capabilities."""
+        self._wire.waiting_for = "server/discover"
+        try:
+            with self._wire.guard():
+                await self._session.send_discover(self.protocol_version)
+        except MCPError as error:
+            raise self._rpc_failure("server/discover", error) from None
+        self._initialize = self._wire.take_result("server/discover")
+        _check_plain_json("server/discover", self._initialize, self._wire.limits)
+
     async def _read_document(self) -> dict[str, Any]:
+        if self._discovered:
+            self._discovered = False  # the opening's answer is fresh: this read uses it
+        elif self.modern:
+            await self._rediscover()
         start = self._wire.bytes_received
         document: dict[str, Any] = {}
         instructions = self._initialize.get("instructions")
@@ -529,12 +574,65 @@ class LiveSession:
             return ServerUnreachableError(f"{self.url}: connection closed while waiting for {method}")
         return ProtocolError(f"{method}: the server answered error {error.code}: {_one_line(error.message)}")
 
-    async def _notified(self, message: Any, callback: ListChangedCallback) -> None:
-        for notification_type, kind in _LIST_CHANGED_KINDS:
-            if isinstance(message, notification_type):
-                outcome = callback(kind)
-                if inspect.isawaitable(outcome):
-                    await outcome
+    @property
+    def modern(self) -> bool:
+        """True when the session speaks the 2026-07-28 era (``server/discover``, no handshake)."""
+        return self.protocol_version in MODERN_PROTOCOL_VERSIONS
+
+    @property
+    def listening(self) -> tuple[str, ...]:
+        """The lists whose changes arrive on the open ``subscriptions/listen`` stream (2026-07-28)."""
+        return self._listening
+
+    def _announced_changes(self) -> dict[str, bool]:
+        """Each list whose capability announces ``listChanged``: the listen filter."""
+        announced = {}
+        for kind in ("tools", "prompts", "resources"):
+            capability = self.capabilities.get(kind)
+            announced[kind] = isinstance(capability, dict) and capability.get("listChanged") is True
+        return announced
+
+    async def _listen(self, callback: ListChangedCallback, *, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        """Hold ``subscriptions/listen`` open and pass each list change to ``callback``.
+
+        The stream's end, graceful or not, marks the session dropped: changes would go unseen
+        until the next timer, so the owner reconnects (and re-reads) instead.
+        """
+        announced = self._announced_changes()
+        if not any(announced.values()):
+            task_status.started()
+            return
+        self._wire.waiting_for = "subscriptions/listen"
+        try:
+            async with listen(
+                self._session,
+                tools_list_changed=announced["tools"],
+                prompts_list_changed=announced["prompts"],
+                resources_list_changed=announced["resources"],
+            ) as subscription:
+                honored = subscription.honored
+                self._listening = tuple(
+                    kind for kind in ("tools", "prompts", "resources") if getattr(honored, f"{kind}_list_changed")
+                )
+                task_status.started()
+                async for event in subscription:
+                    kind = _EVENT_KINDS.get(type(event))
+                    if kind is not None:
+                        await _call_safely(callback, kind)
+            ended = "the server closed the subscriptions/listen stream"
+        except SubscriptionLost as error:
+            ended = f"subscriptions/listen was lost: {_one_line(error)}"
+        except MCPError as error:
+            failure = self._rpc_failure("subscriptions/listen", error)
+            if not self._listening and not isinstance(failure, ServerUnreachableError):
+                # The server announced list changes but refuses to deliver them: read on the timer only.
+                logger.warning("%s: %s; list changes will be seen on the timer only", self.url, failure)
+                task_status.started()
+                return
+            ended = str(failure)
+        self._listening = ()
+        logger.info("%s: %s; reconnecting", self.url, ended)
+        self._wire.dropped.set()
 
 
 def _page_items(list_method: _ListMethod, result: dict[str, Any], page: int) -> list[Any]:
@@ -578,14 +676,15 @@ async def connect(
     limits: Limits = DEFAULT_LIMITS,
     on_list_changed: ListChangedCallback | None = None,
     max_pages: int = DEFAULT_MAX_PAGES,
-    protocol: str = "handshake",
+    protocol: str = DEFAULT_PROTOCOL,
 ) -> AsyncIterator[LiveSession]:
     """Open one initialized session to ``url``; ``timeout`` bounds the opening and each read.
 
     ``on_list_changed(kind)`` runs with ``"tools"``, ``"prompts"`` or ``"resources"`` for
-    every ``notifications/<kind>/list_changed`` the server sends; keep it short (set an
-    event); they arrive in the ``handshake`` protocol era only (2026-07-28 delivers them on
-    ``subscriptions/listen``, which this reader does not open). ``headers`` go on every HTTP
+    every list change the server sends; keep it short (set an event). In the handshake era
+    they are ``notifications/<kind>/list_changed`` messages; in the 2026-07-28 era the
+    reader opens ``subscriptions/listen`` for every list whose capability announces
+    ``listChanged``, and the stream's end marks the session dropped. ``headers`` go on every HTTP
     request. When the connection fails, :meth:`LiveSession.read` (or the whole ``async
     with`` block) raises :class:`ServerUnreachableError` and :attr:`LiveSession.dropped`
     is set: open a new connection.
@@ -683,14 +782,14 @@ async def _open(stack: AsyncExitStack, wire: _Wire, options: _Options) -> LiveSe
         streams = streamable_http_client(wire.url, http_client=client, max_sse_event_size=None)
     read_stream, write_stream = await stack.enter_async_context(streams)
     handler = None
-    live_ref: list[LiveSession] = []
     if on_list_changed is not None:
 
         async def handler(message: Any) -> None:
-            try:
-                await live_ref[0]._notified(message, on_list_changed)
-            except Exception:  # a failing callback must not end the session
-                logger.exception("on_list_changed callback raised")
+            if isinstance(message, Exception) or session.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                return  # 2026-07-28: the same change also arrives on the listen stream, read there
+            for notification_type, kind in _LIST_CHANGED_KINDS:
+                if isinstance(message, notification_type):
+                    await _call_safely(on_list_changed, kind)
 
     session = ClientSession(
         _TappedReadStream(read_stream, wire),
@@ -700,8 +799,13 @@ async def _open(stack: AsyncExitStack, wire: _Wire, options: _Options) -> LiveSe
     )
     await stack.enter_async_context(session)
     live = LiveSession(session, wire, timeout=options.timeout, max_pages=options.max_pages)
-    live_ref.append(live)
     await live._initialize_session(options.protocol)
+    if on_list_changed is not None and live.modern:
+        # 2026-07-28 delivers list changes only on subscriptions/listen; the task group is
+        # left (the stream cancelled) before the session and the transport close.
+        listeners = await stack.enter_async_context(anyio.create_task_group())
+        stack.callback(listeners.cancel_scope.cancel)
+        await listeners.start(live._listen, on_list_changed)
     return live
 
 
@@ -744,11 +848,11 @@ async def read_interface(
     timeout: float = DEFAULT_TIMEOUT,
     limits: Limits = DEFAULT_LIMITS,
     max_pages: int = DEFAULT_MAX_PAGES,
-    protocol: str = "handshake",
+    protocol: str = DEFAULT_PROTOCOL,
 ) -> ReadResult:
     """Connect, read the whole interface once, disconnect; ``timeout`` bounds it all.
 
-    ``protocol="auto"`` tries the 2026-07-28 ``server/discover`` first (see :data:`PROTOCOLS`).
+    ``protocol``: see :data:`PROTOCOLS`; the default tries the 2026-07-28 ``server/discover`` first.
     """
     wire = _Wire(url, limits)
     options = _options(url, transport, protocol, headers, timeout, max_pages)

@@ -22,7 +22,11 @@ Three kinds of server, all served by uvicorn in-process on a free port:
   notifications are sent either way), ``kinds`` (serve only some of ``tools``,
   ``prompts``, ``resources``, ``resourceTemplates``). ``required_headers`` makes it a
   server that needs credentials (HTTP 401 without them). Clients that negotiate the
-  2026-07-28 protocol (``server/discover``) are served too (exact pages included). Duplicate names: just put two tools with one
+  2026-07-28 protocol (``server/discover``) are served too (exact pages included), and
+  ``notify`` reaches them on their ``subscriptions/listen`` streams. ``modern_only``
+  refuses the ``initialize`` handshake (a 2026-only server), ``handshake_only`` refuses
+  ``server/discover`` (a server from before 2026-07-28); ``stateless`` serves
+  streamable HTTP without sessions. Duplicate names: just put two tools with one
   name in ``tools``.
 
 * :class:`HostileServer`: a hand-written ASGI app that speaks JSON-RPC over streamable
@@ -65,6 +69,8 @@ from mcp.server import MCPServer, NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.server.sse import SseServerTransport
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
+from mcp.shared.subscriptions import PromptsListChanged, ResourcesListChanged, ServerEvent, ToolsListChanged
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -149,15 +155,26 @@ class _LowLevelServer(Server[Any]):
 
     def __init__(self, owner: MutableServer) -> None:
         self._owner = owner
-        handlers = {
+        handlers: dict[str, Any] = {
             f"on_list_{_HANDLER_NAMES[list_key]}": owner._list_handler(list_key) for list_key in owner.kinds
         }
+        if owner.list_changed:  # 2026-07-28 announces listChanged exactly when subscriptions/listen is served
+            handlers["on_subscriptions_listen"] = ListenHandler(owner._bus)
+            owner._listen_handlers.append(handlers["on_subscriptions_listen"])
         super().__init__(owner.name, version=owner.version, instructions=owner.instructions, **handlers)
+
+    @property  # type: ignore[override]
+    def instructions(self) -> str | None:
+        """The owner's current instructions: ``initialize`` and every ``server/discover`` read them."""
+        return self._owner.instructions
+
+    @instructions.setter
+    def instructions(self, value: str | None) -> None:
+        pass  # the SDK's constructor sets it; the owner's field stays the truth
 
     def create_initialization_options(  # type: ignore[override]
         self, notification_options: NotificationOptions | None = None, *args: Any, **kwargs: Any
     ) -> InitializationOptions:
-        self.instructions = self._owner.instructions  # read per connection: instructions can change
         changed = self._owner.list_changed
         notification_options = notification_options or NotificationOptions(changed, changed, changed)
         return super().create_initialization_options(notification_options, *args, **kwargs)
@@ -185,12 +202,20 @@ class MutableServer:
     result_extra: JSONDict = field(default_factory=dict)
     #: Headers every HTTP request must carry, else HTTP 401 (a server that needs credentials).
     required_headers: dict[str, str] = field(default_factory=dict)
+    #: Speak 2026-07-28 only: ``initialize`` gets JSON-RPC error -32022 and the GET stream HTTP 405.
+    modern_only: bool = False
+    #: Speak the handshake era only (before 2026-07-28): ``server/discover`` is an unknown method.
+    handshake_only: bool = False
+    #: Streamable HTTP without sessions (``stateless_http=True``): no session id, no GET stream.
+    stateless: bool = False
     #: Lowercased headers of every HTTP request the server received, in order.
     http_requests: list[dict[str, str]] = field(default_factory=list)
     #: JSON-RPC methods of the list requests answered, in order, with their cursor.
     list_calls: list[tuple[str, str | None]] = field(default_factory=list)
     _sessions: list[ServerSession] = field(default_factory=list, repr=False)
     _exact: dict[str, bytes] = field(default_factory=dict, repr=False)
+    _bus: InMemorySubscriptionBus = field(default_factory=InMemorySubscriptionBus, repr=False)
+    _listen_handlers: list[ListenHandler] = field(default_factory=list, repr=False)
 
     # -- run-time changes
 
@@ -206,12 +231,14 @@ class MutableServer:
         self.tools.remove(self._find("tools", "name", name))
 
     async def notify(self, kind: ListKind = "tools") -> int:
-        """Send ``notifications/<kind>/list_changed`` to every client session seen; return how many.
+        """Announce a list change to every client; return how many sessions and streams it reached.
 
-        The count includes sessions whose client has gone: the SDK drops such sends silently.
-        Legacy (handshake-era) notifications only: 2026-07-28 clients do not get them.
+        Handshake-era clients get ``notifications/<kind>/list_changed`` on their session (the
+        count includes sessions whose client has gone: the SDK drops such sends silently);
+        2026-07-28 clients get it on their open ``subscriptions/listen`` streams.
         """
-        delivered = 0
+        delivered = self.listeners
+        await self._bus.publish(_EVENTS[kind]())
         for session in list(self._sessions):
             try:
                 await _send_list_changed(session, kind)
@@ -220,10 +247,20 @@ class MutableServer:
                 self._sessions.remove(session)
         return delivered
 
+    def end_subscriptions(self) -> None:
+        """Close every open ``subscriptions/listen`` stream gracefully (as a server going away does)."""
+        for handler in self._listen_handlers:
+            handler.close()
+
+    @property
+    def listeners(self) -> int:
+        """How many ``subscriptions/listen`` streams are open."""
+        return len(self._bus._listeners)
+
     @property
     def sessions(self) -> int:
-        """How many client sessions the server can notify."""
-        return len(self._sessions)
+        """How many clients the server can notify: handshake-era sessions plus open listen streams."""
+        return len(self._sessions) + self.listeners
 
     # -- serving
 
@@ -233,12 +270,15 @@ class MutableServer:
     def asgi_app(self, transport: Transport) -> tuple[ASGIApp, str]:
         server = self.lowlevel()
         if transport == "streamable-http":
-            app: ASGIApp = server.streamable_http_app()
+            app: ASGIApp = server.streamable_http_app(stateless_http=self.stateless)
             path = "/mcp"
         else:
             app, path = _sse_app(server), "/sse"
+        app = _ExactWire(app, self._exact)
+        if self.modern_only or self.handshake_only:
+            app = _OneEra(app, "modern" if self.modern_only else "handshake")
         required = {name.lower(): value for name, value in self.required_headers.items()}
-        return _RecordHeaders(_ExactWire(app, self._exact), self.http_requests, required), path
+        return _RecordHeaders(app, self.http_requests, required), path
 
     def _find(self, list_key: str, key: str, value: str) -> JSONDict:
         for item in self._items(list_key):
@@ -258,7 +298,8 @@ class MutableServer:
     def _list_handler(self, list_key: str) -> Callable[[Any, Any], Awaitable[JSONDict]]:
         async def handle(ctx: Any, params: Any) -> JSONDict:
             connection = _connection_of(ctx.session)
-            if all(_connection_of(session) is not connection for session in self._sessions):
+            modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS  # notified on the bus instead
+            if not modern and all(_connection_of(session) is not connection for session in self._sessions):
                 self._sessions.append(ctx.session)
             cursor = getattr(params, "cursor", None)
             self.list_calls.append((list_key, cursor))
@@ -378,6 +419,65 @@ class _ExactWire:
 def _is_json(start: Any) -> bool:
     headers = {key.lower(): value for key, value in start.get("headers", [])}
     return headers.get(b"content-type", b"").startswith(b"application/json")
+
+
+class _OneEra:
+    """ASGI middleware for a server that speaks one protocol era only (streamable HTTP).
+
+    ``modern``: 2026-07-28 only. ``initialize`` is answered with error -32022
+    (UnsupportedProtocolVersion, naming the versions supported) and the GET stream, which
+    ``subscriptions/listen`` replaces, with HTTP 405. ``handshake``: a server from before
+    2026-07-28, to which ``server/discover`` is an unknown method (-32601).
+    """
+
+    def __init__(self, app: ASGIApp, era: Literal["modern", "handshake"]) -> None:
+        self.app, self.era = app, era
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if scope["method"] == "GET" and self.era == "modern":
+            await Response(status_code=405)(scope, receive, send)
+            return
+        body, messages = await _read_body(receive)
+        try:
+            message = json.loads(body)
+        except ValueError:
+            message = None
+        refused = "initialize" if self.era == "modern" else "server/discover"
+        if isinstance(message, dict) and message.get("method") == refused:
+            if self.era == "modern":
+                error = {"code": -32022, "message": "Unsupported protocol version",
+                         "data": {"supported": list(MODERN_PROTOCOL_VERSIONS)}}
+            else:
+                error = {"code": -32601, "message": f"Method not found: {refused}"}
+            answer = {"jsonrpc": "2.0", "id": message.get("id"), "error": error}
+            await Response(json.dumps(answer), media_type="application/json")(scope, receive, send)
+            return
+        replay = iter(messages)
+
+        async def receive_again() -> Any:
+            return next(replay, None) or await receive()
+
+        await self.app(scope, receive_again, send)
+
+
+async def _read_body(receive: Receive) -> tuple[bytes, list[Any]]:
+    messages, body = [], b""
+    while True:
+        message = await receive()
+        messages.append(message)
+        body += message.get("body", b"")
+        if message["type"] != "http.request" or not message.get("more_body"):
+            return body, messages
+
+
+_EVENTS: dict[str, Callable[[], ServerEvent]] = {
+    "tools": ToolsListChanged,
+    "prompts": PromptsListChanged,
+    "resources": ResourcesListChanged,
+}
 
 
 class _RecordHeaders:

@@ -62,7 +62,7 @@ async def test_reads_every_page_of_every_list(transport: str) -> None:
     assert result.document["instructions"] == "Use get_forecast for weather questions."
     assert result.document["serverInfo"] == {"name": "lockstep-test-server", "version": "1.0.0"}
     assert result.server_info == {"name": "lockstep-test-server", "version": "1.0.0"}
-    assert result.protocol_version == "2025-11-25"
+    assert result.protocol_version == "2026-07-28"  # server/discover first, by default
     assert len(result.interface) == 7 + 5 + 5 + 3 + 1
     assert [cursor for kind, cursor in server.list_calls if kind == "tools"] == [None, "2", "4", "6"]
 
@@ -160,7 +160,7 @@ async def test_rug_pull_at_run_time_changes_the_document(transport: str) -> None
             inputSchema={"type": "object", "properties": {"city": {"type": "string"}}},
             annotations={"readOnlyHint": False, "destructiveHint": True},
         )
-        server.instructions = "Always call tool_3 first."  # seen by new sessions only
+        server.instructions = "Always call tool_3 first."  # 2026-07-28: seen by the next read
         await server.notify("tools")
         with anyio.fail_after(10):
             await changed.wait()
@@ -170,8 +170,18 @@ async def test_rug_pull_at_run_time_changes_the_document(transport: str) -> None
     assert before.document["tools"][3]["description"].startswith("Tool number 3")
     assert after.document["tools"][3] == server.tools[3]
     assert digest_interface(after.interface) != digest_interface(before.interface)
-    assert after.document["instructions"] == before.document["instructions"]
+    assert after.document["instructions"] == "Always call tool_3 first."  # server/discover on every read
     assert fresh.document["instructions"] == "Always call tool_3 first."
+
+
+async def test_a_handshake_session_keeps_the_instructions_it_was_given() -> None:
+    server = full_server()
+    async with serve_mcp(server) as url, connect(url, protocol="handshake") as live:
+        before = await live.read()
+        server.instructions = "Always call tool_3 first."
+        after = await live.read()
+    assert before.protocol_version == "2025-11-25"
+    assert after.document["instructions"] == before.document["instructions"]  # fixed by initialize
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -306,8 +316,8 @@ def test_transport_from_url() -> None:
 async def test_2026_discover_reads_the_same_interface(transport: str) -> None:
     server = full_server()
     async with serve_mcp(server, transport) as url:
-        modern = await read_interface(url, protocol="auto")
-        handshake = await read_interface(url)
+        modern = await read_interface(url)
+        handshake = await read_interface(url, protocol="handshake")
 
     assert modern.protocol_version == "2026-07-28"
     assert handshake.protocol_version == "2025-11-25"
