@@ -25,6 +25,7 @@ import click
 from lockstep import __version__
 from lockstep.cli.approve import approve_command
 from lockstep.cli.commands import EXIT_ERROR, diff_command, hash_command, snapshot_command, verify_command
+from lockstep.cli.proxy import proxy_command
 from lockstep.cli.targets import UsageError
 from lockstep.core import LockstepError
 
@@ -126,7 +127,7 @@ def cli(ctx: click.Context) -> None:
         _warn_unknown_environment(list(cli.commands.values()))
 
 
-for _command in (hash_command, snapshot_command, verify_command, diff_command, approve_command):
+for _command in (hash_command, snapshot_command, verify_command, diff_command, approve_command, proxy_command):
     apply_environment_rule(_command)
     cli.add_command(_command)
 

@@ -137,7 +137,7 @@ def _parse_selector(values: Sequence[str]) -> dict[str, str] | None:
 
 @click.command("snapshot")
 @click.argument("target")
-@click.option("--name", required=True, help="Name of the MCPServerInterface.")
+@click.option("--name", default=None, help="Name of the MCPServerInterface (required without --add-to).")
 @click.option("-n", "--namespace", default=None, envvar="LOCKSTEP_NAMESPACE", help="Namespace of the resource.")
 @click.option("-l", "--selector", "selector", multiple=True, metavar="KEY=VALUE",
               help="Pod label the resource selects (repeatable; default app=NAME).")
@@ -146,10 +146,13 @@ def _parse_selector(values: Sequence[str]) -> dict[str, str] | None:
 @click.option("--endpoint-port", type=click.IntRange(1, 65535), default=None,
               help="Port of the server inside the pod (default: the URL's).")
 @click.option("--endpoint-path", default=None, help="Path of the MCP endpoint inside the pod (default: the URL's).")
+@click.option("--add-to", "add_to", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="Add the interface as one more approved revision (a view) of this manifest, in place.")
 @target_options
-def snapshot_command(target: str, name: str, namespace: str | None, selector: Sequence[str], digests_only: bool,
-                     output: str, endpoint_port: int | None, endpoint_path: str | None, headers: Sequence[str],
-                     timeout: float, transport: str | None, ignore: Sequence[str]) -> None:
+def snapshot_command(target: str, name: str | None, namespace: str | None, selector: Sequence[str],
+                     digests_only: bool, output: str, endpoint_port: int | None, endpoint_path: str | None,
+                     add_to: str | None, headers: Sequence[str], timeout: float, transport: str | None,
+                     ignore: Sequence[str]) -> None:
     """Print an MCPServerInterface that approves the interface of TARGET.
 
     \b
@@ -157,7 +160,14 @@ def snapshot_command(target: str, name: str, namespace: str | None, selector: Se
       # pin a reviewed server and apply the result
       lockstep snapshot http://weather.agents:8080/mcp --name weather -n agents > weather.yaml
       kubectl apply -f weather.yaml
+      # a server whose lists depend on the caller: pin one view per identity
+      lockstep snapshot http://127.0.0.1:8080/mcp --add-to weather.yaml -H 'Authorization: @admin.token'
     """
+    if add_to is not None:
+        _add_view(add_to, target, headers, timeout, transport, ignore, digests_only)
+        return
+    if name is None:
+        raise UsageError("--name is required (the MCPServerInterface's name), unless --add-to FILE is given")
     _check_name(name, "--name", DNS_SUBDOMAIN, 253)
     if namespace is not None:
         _check_name(namespace, "-n/--namespace", DNS_LABEL, 63)
@@ -171,6 +181,27 @@ def snapshot_command(target: str, name: str, namespace: str | None, selector: Se
     click.echo(dump_yaml(manifest) if output == "yaml" else dump_json(manifest), nl=False)
     click.echo(f"endpoint {endpoint['transport']} on port {endpoint['port']}, path {endpoint['path']}: "
                f"{_endpoint_source(target, endpoint_port, endpoint_path)}", err=True)
+
+
+def _add_view(path: str, target: str, headers: Sequence[str], timeout: float, transport: str | None,
+              ignore: Sequence[str], digests_only: bool) -> None:
+    """Append TARGET's interface to the manifest at ``path`` as one more approved revision."""
+    manifest = load_document(path)
+    pinned = pinned_from(manifest, path)
+    if pinned.source != "manifest":
+        raise UsageError(f"{path}: --add-to wants an MCPServerInterface manifest (lockstep snapshot --name ...)")
+    if ignore and list(ignore) != pinned.ignore.pointers:
+        raise UsageError(f"{path}: its revisions are digested with spec.ignore {pinned.ignore.pointers}; "
+                         "--ignore must be the same or left out")
+    revision = _revision(_load(target, headers, timeout, transport), pinned.ignore.pointers)
+    approved = manifest["spec"].setdefault("approved", [])
+    if any(entry.get("digest") == revision.aggregate for entry in approved):
+        click.echo(f"{path}: {revision.aggregate} is already approved ({len(approved)} revisions); unchanged",
+                   err=True)
+        return
+    approved.append(revision.to_spec(with_definitions=not digests_only))
+    Path(path).write_text(dump_json(manifest) if path.endswith(".json") else dump_yaml(manifest))
+    click.echo(f"{path}: added {revision.aggregate} from {target} ({len(approved)} approved revisions)", err=True)
 
 
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -79,6 +79,7 @@ from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 __all__ = [
+    "Caller",
     "HostileServer",
     "ListKind",
     "MutableServer",
@@ -158,6 +159,8 @@ class _LowLevelServer(Server[Any]):
         handlers: dict[str, Any] = {
             f"on_list_{_HANDLER_NAMES[list_key]}": owner._list_handler(list_key) for list_key in owner.kinds
         }
+        if "tools" in owner.kinds:
+            handlers["on_call_tool"] = owner._call_tool
         if owner.list_changed:  # 2026-07-28 announces listChanged exactly when subscriptions/listen is served
             handlers["on_subscriptions_listen"] = ListenHandler(owner._bus)
             owner._listen_handlers.append(handlers["on_subscriptions_listen"])
@@ -178,6 +181,33 @@ class _LowLevelServer(Server[Any]):
         changed = self._owner.list_changed
         notification_options = notification_options or NotificationOptions(changed, changed, changed)
         return super().create_initialization_options(notification_options, *args, **kwargs)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who is asking, as a server that varies its lists by caller can tell: the ``clientInfo``
+    name, the HTTP ``User-Agent`` and the ``Authorization`` header."""
+
+    client_name: str
+    user_agent: str
+    authorization: str
+
+
+#: A server's lists for one caller: list key -> items, for the lists that differ from the default.
+View = Callable[[Caller], "dict[str, list[JSONDict]] | None"]
+
+
+def _caller(ctx: Any) -> Caller:
+    name = ""
+    params = getattr(ctx.session, "client_params", None)
+    if params is not None:
+        name = params.client_info.name
+    meta = ctx.meta.model_dump(by_alias=True) if hasattr(ctx.meta, "model_dump") else (ctx.meta or {})
+    info = meta.get("io.modelcontextprotocol/clientInfo") if isinstance(meta, dict) else None
+    if isinstance(info, dict):
+        name = info.get("name", name)
+    headers = getattr(ctx.request, "headers", None) or {}
+    return Caller(name, headers.get("user-agent", ""), headers.get("authorization", ""))
 
 
 @dataclass(eq=False)
@@ -208,10 +238,15 @@ class MutableServer:
     handshake_only: bool = False
     #: Streamable HTTP without sessions (``stateless_http=True``): no session id, no GET stream.
     stateless: bool = False
+    #: Lists that vary by caller: ``view(caller)`` returns the lists this caller gets instead (a split-view
+    #: server that shows the probe a clean face, or a server whose lists follow the caller's authorization).
+    view: View | None = None
     #: Lowercased headers of every HTTP request the server received, in order.
     http_requests: list[dict[str, str]] = field(default_factory=list)
     #: JSON-RPC methods of the list requests answered, in order, with their cursor.
     list_calls: list[tuple[str, str | None]] = field(default_factory=list)
+    #: Names of the tools called (``tools/call``), in order.
+    tool_calls: list[str] = field(default_factory=list)
     _sessions: list[ServerSession] = field(default_factory=list, repr=False)
     _exact: dict[str, bytes] = field(default_factory=dict, repr=False)
     _bus: InMemorySubscriptionBus = field(default_factory=InMemorySubscriptionBus, repr=False)
@@ -295,6 +330,12 @@ class MutableServer:
         }
         return lists[list_key]
 
+    async def _call_tool(self, ctx: Any, params: Any) -> Any:
+        from mcp import types
+
+        self.tool_calls.append(params.name)
+        return types.CallToolResult(content=[types.TextContent(type="text", text=f"{params.name} called")])
+
     def _list_handler(self, list_key: str) -> Callable[[Any, Any], Awaitable[JSONDict]]:
         async def handle(ctx: Any, params: Any) -> JSONDict:
             connection = _connection_of(ctx.session)
@@ -308,7 +349,8 @@ class MutableServer:
             # The SDK re-validates results and drops unknown fields, so the handler answers an
             # empty page with a token and _ExactWire puts the exact page on the wire instead.
             token = str(next(_tokens))
-            page = self._page(list_key, cursor)
+            lists = self.view(_caller(ctx)) if self.view is not None else None
+            page = self._page(list_key, cursor, (lists or {}).get(list_key))
             if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:  # 2026-07-28 requires cache hints
                 page = {**page, **_MODERN_RESULT_FIELDS}
             self._exact[token] = json.dumps({**page, **self.result_extra}).encode()
@@ -316,14 +358,14 @@ class MutableServer:
 
         return handle
 
-    def _page(self, list_key: str, cursor: str | None) -> JSONDict:
+    def _page(self, list_key: str, cursor: str | None, items: list[JSONDict] | None = None) -> JSONDict:
         if self.endless_pages:
             number = int(cursor or 0)
             return {
                 list_key: [{"name": f"endless_{number}", "inputSchema": {"type": "object"}}],
                 "nextCursor": str(number + 1),
             }
-        items = self._items(list_key)
+        items = self._items(list_key) if items is None else items
         if self.cursor_loop:
             return {list_key: items[:1], "nextCursor": "again"}
         start = int(cursor or 0)

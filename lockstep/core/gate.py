@@ -1,0 +1,125 @@
+"""The component gate: is one component, as a client receives it, approved?
+
+Where the judge compares a whole observed interface with an approved revision, the gate
+looks at one component at a time, as it passes on the wire (the proxy). A component key
+may have several approved definitions: every definition of that key in any approved
+revision is accepted, so a server whose lists vary by the caller's authorization (one
+view per principal) passes when each component each caller receives is approved in some
+view. Components are digested with the same formula and ignore rules as the revisions::
+
+    gate = ComponentGate.of(pinned.revisions, pinned.ignore)
+    verdict = gate.check(ComponentKind.TOOL, {"name": "get_forecast", "description": ...})
+    verdict.approved, verdict.reason, verdict.digest
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lockstep.core.digest import component_digest
+from lockstep.core.errors import InterfaceError
+from lockstep.core.ignore import IgnoreRules, parse_ignore_rules
+from lockstep.core.model import INSTRUCTIONS_NAME, Component, ComponentKind, Limits, check_json_value
+from lockstep.core.revision import Revision
+
+__all__ = ["ComponentGate", "GateReason", "Verdict"]
+
+
+class GateReason(str, enum.Enum):
+    """Why a component is withheld. Values appear in errors, logs, metrics and the CR."""
+
+    APPROVED = "Approved"
+    #: The key is approved, but not with this definition (a rug pull, or an unapproved view).
+    CHANGED = "Changed"
+    #: No approved revision has a component of this kind with this key.
+    UNAPPROVED = "Unapproved"
+    #: Not a component at all: not an object, no key, a value the canonical form refuses.
+    INVALID = "Invalid"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The gate's answer for one component as received."""
+
+    kind: ComponentKind
+    key: str
+    reason: GateReason
+    #: The ``lockstep/v1`` digest of the definition received ("" when it could not be digested).
+    digest: str
+    #: The approved digests of this key (several when views differ), sorted.
+    approved_digests: tuple[str, ...]
+    detail: str = ""
+
+    @property
+    def approved(self) -> bool:
+        return self.reason is GateReason.APPROVED
+
+    @property
+    def ref(self) -> str:
+        return f"{self.kind.value}/{self.key}"
+
+    def describe(self) -> str:
+        """One line for an error message or a log."""
+        if self.reason is GateReason.CHANGED:
+            return f"{self.ref} differs from its approved definition ({self.digest})"
+        if self.reason is GateReason.UNAPPROVED:
+            return f"{self.ref} is not in any approved revision"
+        if self.reason is GateReason.INVALID:
+            return f"{self.ref} is not a valid component: {self.detail}"
+        return f"{self.ref} is approved ({self.digest})"
+
+
+class ComponentGate:
+    """The approved digests of every component key, from one or more approved revisions."""
+
+    def __init__(self, approved: Mapping[tuple[ComponentKind, str], frozenset[str]], ignore: IgnoreRules,
+                 limits: Limits | None = None) -> None:
+        self._approved = dict(approved)
+        self._ignore = ignore
+        self._limits = limits or Limits()
+
+    @classmethod
+    def of(cls, revisions: Iterable[Revision], ignore: IgnoreRules | Iterable[str] | None = None) -> ComponentGate:
+        approved: dict[tuple[ComponentKind, str], set[str]] = {}
+        for revision in revisions:
+            for component in revision.digest.components:
+                approved.setdefault((component.kind, component.name), set()).add(component.digest)
+        return cls({key: frozenset(digests) for key, digests in approved.items()}, parse_ignore_rules(ignore))
+
+    def knows(self, kind: ComponentKind, key: str) -> bool:
+        """Whether some approved revision has a component of ``kind`` named ``key``."""
+        return (kind, key) in self._approved
+
+    def approved_digests(self, kind: ComponentKind, key: str) -> tuple[str, ...]:
+        return tuple(sorted(self._approved.get((kind, key), ())))
+
+    def check(self, kind: ComponentKind, definition: Any) -> Verdict:
+        """Judge one list item (or, for instructions, the instructions string) as received."""
+        key = _key_of(kind, definition)
+        if key is None:
+            return Verdict(kind, "?", GateReason.INVALID, "", (), f"no {kind.key_field!r} string")
+        approved = self.approved_digests(kind, key)
+        try:
+            check_json_value(definition, self._limits)
+            kept = self._ignore.apply(Component(kind, key, definition))
+            if kept is None:  # an ignore rule drops the whole component (instructions): not judged
+                return Verdict(kind, key, GateReason.APPROVED, "", approved, "ignored")
+            digest = component_digest(kind, kept.definition)
+        except InterfaceError as error:
+            return Verdict(kind, key, GateReason.INVALID, "", approved, str(error))
+        if digest in approved:
+            return Verdict(kind, key, GateReason.APPROVED, digest, approved)
+        reason = GateReason.CHANGED if approved else GateReason.UNAPPROVED
+        return Verdict(kind, key, reason, digest, approved)
+
+
+def _key_of(kind: ComponentKind, definition: Any) -> str | None:
+    if kind is ComponentKind.INSTRUCTIONS:
+        return INSTRUCTIONS_NAME if isinstance(definition, str) else None
+    if not isinstance(definition, Mapping):
+        return None
+    key = definition.get(kind.key_field or "")
+    return key if isinstance(key, str) else None

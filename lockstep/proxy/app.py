@@ -1,0 +1,352 @@
+"""``lockstep proxy``: an MCP-aware reverse proxy that lets only approved interface reach clients.
+
+Every request goes to the same path on the upstream origin, with its headers (``Host``
+becomes the upstream's; hop-by-hop headers are the connection's own). Every response
+comes back with its status and headers, byte for byte, except for what the
+:class:`~lockstep.proxy.policy.InterfacePolicy` withholds:
+
+- ``application/json`` bodies are read whole (up to the limit) and judged;
+- ``text/event-stream`` bodies (the POST streams of streamable HTTP, its GET stream,
+  ``subscriptions/listen``, the legacy SSE transport's stream) are cut into events; an
+  event is judged and flushed as soon as it is whole, and every other event, comment and
+  priming event goes out as received;
+- anything else streams through untouched.
+
+A compressed upstream body is decoded before it is judged (and sent on decoded, without
+``Content-Encoding``). What cannot be judged fails closed: a body or event over the limit,
+or a list answer that is not JSON, is refused unless the request was known to be neither
+an interface read nor unknown.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+from aiohttp import web
+from opentelemetry import trace
+
+from lockstep.core.gate import ComponentGate
+from lockstep.proxy.metrics import ProxyMetrics
+from lockstep.proxy.policy import (
+    INTERFACE_METHODS,
+    REFUSED_CODE,
+    CallDecision,
+    Finding,
+    InterfacePolicy,
+    Mode,
+    principal_of,
+)
+from lockstep.proxy.sse import EventSplitter, EventTooLargeError, parse_event, replace_data
+
+__all__ = ["DEFAULT_MAX_BODY", "ProxyApp", "ProxyConfigError", "serve_proxy"]
+
+logger = logging.getLogger("lockstep.proxy")
+tracer = trace.get_tracer("lockstep.proxy")
+
+DEFAULT_MAX_BODY = 16 * 1024 * 1024
+#: Request headers that belong to one connection, not to the message (RFC 9110 7.6.1), and the
+#: ones aiohttp computes for the body it sends.
+_HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
+                         "upgrade", "host", "content-length"})
+_RESPONSE_DROPPED = _HOP_BY_HOP | {"content-encoding"}
+#: Client names kept as metric labels; later ones are counted as "other".
+MAX_CLIENT_LABELS = 20
+_CLIENT_INFO_META_KEY = "io.modelcontextprotocol/clientInfo"
+
+
+class ProxyConfigError(ValueError):
+    """An upstream URL the proxy cannot use."""
+
+
+@dataclass
+class _Exchange:
+    """One HTTP request's JSON-RPC context: who asks, and which method each pending id is."""
+
+    principal: str
+    client: str
+    methods: dict[Any, str]
+
+    @property
+    def bears_interface(self) -> bool:
+        """Whether an answer in this exchange may carry interface (unknown counts as yes)."""
+        return not self.methods or any(method in INTERFACE_METHODS for method in self.methods.values())
+
+
+class ProxyApp:
+    """The proxy's request handler, bound to one upstream MCP server."""
+
+    def __init__(self, upstream: str, gate: ComponentGate, mode: Mode = Mode.QUARANTINE, *,
+                 on_finding: Callable[[Finding], None] | None = None, metrics: ProxyMetrics | None = None,
+                 max_body: int = DEFAULT_MAX_BODY) -> None:
+        parts = urlsplit(upstream)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ProxyConfigError(f"--upstream must be an http(s) URL such as http://127.0.0.1:8080/mcp, "
+                                   f"not {upstream!r}")
+        self.upstream_origin = f"{parts.scheme}://{parts.netloc}"
+        self.policy = InterfacePolicy(gate, mode, on_finding=self._found)
+        self.metrics = metrics or ProxyMetrics()
+        self.max_body = max_body
+        self._on_finding = on_finding
+        self._clients: dict[str, str] = {}  # session id -> client name (the 2025 handshake names it once)
+        self._client_labels: set[str] = set()
+        self._session: aiohttp.ClientSession | None = None
+
+    def _found(self, finding: Finding) -> None:
+        self.metrics.finding(finding, self._client_label(finding.client))
+        logger.warning(json.dumps({"event": "lockstep.withheld", "action": finding.action,
+                                   "component": finding.verdict.ref, "reason": finding.verdict.reason.value,
+                                   "digest": finding.verdict.digest, "method": finding.method,
+                                   "principal": finding.principal, "client": finding.client}))
+        if self._on_finding is not None:
+            self._on_finding(finding)
+
+    def web_app(self) -> web.Application:
+        app = web.Application(client_max_size=self.max_body)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        app.cleanup_ctx.append(self._client_session)
+        return app
+
+    def metrics_app(self) -> web.Application:
+        """``/metrics`` in the Prometheus text format."""
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        async def serve_metrics(request: web.Request) -> web.Response:
+            response = web.Response(body=generate_latest(self.metrics.registry))
+            response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+            return response
+
+        app = web.Application()
+        app.router.add_get("/metrics", serve_metrics)
+        return app
+
+    async def _client_session(self, app: web.Application) -> AsyncIterator[None]:
+        timeout = aiohttp.ClientTimeout(total=None, connect=10, sock_read=None)  # streams stay open for hours
+        async with aiohttp.ClientSession(timeout=timeout, auto_decompress=True) as session:
+            self._session = session
+            yield
+        self._session = None
+
+    # ------------------------------------------------------------ requests
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        exchange, messages = self._exchange(request, body)
+        self.metrics.requests.labels(request.method).inc()
+        if isinstance(messages, list):
+            return _jsonrpc_response(_batch_refusal(messages), status=400)
+        decision = self.policy.decide_call(messages, exchange.principal, exchange.client)
+        if decision is not None and decision.error is not None:
+            self.metrics.calls.labels("refused").inc()
+            return _jsonrpc_response(decision.error)
+        if decision is not None:
+            return await self._forward_call(request, body, exchange, decision, messages)
+        return await self._forward(request, body, exchange)
+
+    async def _forward_call(self, request: web.Request, body: bytes, exchange: _Exchange,
+                            decision: CallDecision, message: dict[str, Any]) -> web.StreamResponse:
+        """Forward an allowed call, stamped with the approved digest it was checked against."""
+        self.metrics.calls.labels("forwarded").inc()
+        digest = ",".join(decision.digests)
+        logger.info(json.dumps({"event": "lockstep.call", "method": message["method"],
+                                "component": f"{decision.kind.value}/{decision.key}", "digest": digest,
+                                "principal": exchange.principal, "client": exchange.client}))
+        with tracer.start_as_current_span(f"{message['method']} {decision.key}") as span:
+            span.set_attribute("mcp.method.name", message["method"])
+            span.set_attribute("lockstep.component", f"{decision.kind.value}/{decision.key}")
+            span.set_attribute("lockstep.component.digest", digest)
+            span.set_attribute("lockstep.principal", exchange.principal)
+            return await self._forward(request, body, exchange)
+
+    def _exchange(self, request: web.Request, body: bytes) -> tuple[_Exchange, Any]:
+        principal = principal_of(request.headers.get("Authorization"))
+        session_id = request.headers.get("Mcp-Session-Id") or request.query.get("session_id") or ""
+        messages: Any = None
+        if request.method == "POST" and body:
+            try:
+                messages = json.loads(body)
+            except ValueError:
+                messages = None  # the server answers malformed JSON itself
+        client = self._client_name(messages, session_id)
+        methods: dict[Any, str] = {}
+        for message in messages if isinstance(messages, list) else [messages]:
+            if isinstance(message, dict) and isinstance(message.get("method"), str) and "id" in message:
+                methods[_id_key(message["id"])] = message["method"]
+        return _Exchange(principal, client, methods), messages
+
+    def _client_name(self, message: Any, session_id: str) -> str:
+        params = message.get("params") if isinstance(message, dict) else None
+        info = None
+        if isinstance(params, dict):
+            info = params.get("clientInfo")
+            meta = params.get("_meta")
+            if info is None and isinstance(meta, dict):
+                info = meta.get(_CLIENT_INFO_META_KEY)
+        name = info.get("name") if isinstance(info, dict) else None
+        if isinstance(name, str) and name:
+            name = name[:64]
+            if session_id and len(self._clients) < 10_000:
+                self._clients[session_id] = name
+            return name
+        return self._clients.get(session_id, "unknown")
+
+    def _client_label(self, client: str) -> str:
+        if client in self._client_labels or len(self._client_labels) < MAX_CLIENT_LABELS:
+            self._client_labels.add(client)
+            return client
+        return "other"
+
+    # ------------------------------------------------------------ responses
+
+    async def _forward(self, request: web.Request, body: bytes, exchange: _Exchange) -> web.StreamResponse:
+        assert self._session is not None, "the proxy's client session is not open"
+        headers = [(name, value) for name, value in request.headers.items() if name.lower() not in _HOP_BY_HOP]
+        url = self.upstream_origin + request.raw_path
+        started = time.perf_counter()
+        try:
+            upstream = await self._session.request(request.method, url, headers=headers, data=body or None,
+                                                   allow_redirects=False)
+        except (aiohttp.ClientError, OSError) as error:
+            logger.warning("upstream %s unreachable: %s", self.upstream_origin, error)
+            return web.Response(status=502, text=f"lockstep proxy: the upstream server is unreachable: {error}\n")
+        async with upstream:
+            self.metrics.upstream_seconds.observe(time.perf_counter() - started)
+            session_id = upstream.headers.get("Mcp-Session-Id")
+            if session_id and exchange.client != "unknown" and len(self._clients) < 10_000:
+                self._clients[session_id] = exchange.client  # 2025: only initialize names the client
+            content_type = upstream.headers.get("Content-Type", "").lower()
+            if content_type.startswith("application/json"):
+                return await self._json(request, upstream, exchange)
+            if content_type.startswith("text/event-stream"):
+                return await self._events(request, upstream, exchange)
+            return await self._passthrough(request, upstream)
+
+    async def _json(self, request: web.Request, upstream: aiohttp.ClientResponse,
+                    exchange: _Exchange) -> web.StreamResponse:
+        body, complete = await _read_limited(upstream, self.max_body)
+        if not complete:
+            if exchange.bears_interface:
+                return self._refuse_unjudged(exchange, f"an answer larger than {self.max_body} bytes")
+            return await self._passthrough(request, upstream, head=body)  # a call's large result
+        try:
+            message = json.loads(body)
+        except ValueError:
+            if exchange.bears_interface and exchange.methods:
+                return self._refuse_unjudged(exchange, "an answer that is not JSON")
+            message = None
+        replacement = self._filter(message, exchange)
+        if replacement is not None:
+            body = json.dumps(replacement, ensure_ascii=False).encode()
+        response = web.Response(status=upstream.status, reason=upstream.reason, body=body)
+        _copy_headers(upstream, response)
+        return response
+
+    async def _events(self, request: web.Request, upstream: aiohttp.ClientResponse,
+                      exchange: _Exchange) -> web.StreamResponse:
+        response = _response_like(upstream)
+        response.headers["X-Accel-Buffering"] = "no"
+        await response.prepare(request)
+        splitter = EventSplitter(self.max_body)
+        try:
+            async for chunk in upstream.content.iter_any():
+                for raw in splitter.feed(chunk):
+                    await response.write(self._event(raw, exchange))
+        except EventTooLargeError as error:
+            # The rest of this stream cannot be judged: end it (the client sees a dropped stream).
+            logger.warning("closing an event stream from %s: %s", self.upstream_origin, error)
+            self.metrics.unjudged.inc()
+            return response
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as error:
+            logger.info("the upstream stream ended: %s", error)
+        with contextlib.suppress(ConnectionError):
+            await response.write(splitter.rest())
+            await response.write_eof()
+        return response
+
+    def _event(self, raw: bytes, exchange: _Exchange) -> bytes:
+        event = parse_event(raw)
+        if event.data is None or event.event != "message":
+            return raw
+        try:
+            message = json.loads(event.data)
+        except ValueError:
+            return raw
+        replacement = self._filter(message, exchange)
+        if replacement is None:
+            return raw
+        return replace_data(raw, json.dumps(replacement, ensure_ascii=False))
+
+    def _filter(self, message: Any, exchange: _Exchange) -> Any | None:
+        if not isinstance(message, dict):
+            return None
+        method = exchange.methods.get(_id_key(message.get("id")))
+        return self.policy.filter_response(message, method, exchange.principal, exchange.client)
+
+    async def _passthrough(self, request: web.Request, upstream: aiohttp.ClientResponse,
+                           head: bytes = b"") -> web.StreamResponse:
+        response = _response_like(upstream)
+        await response.prepare(request)
+        await response.write(head)
+        async for chunk in upstream.content.iter_any():
+            await response.write(chunk)
+        await response.write_eof()
+        return response
+
+    def _refuse_unjudged(self, exchange: _Exchange, detail: str) -> web.Response:
+        self.metrics.unjudged.inc()
+        request_id = next(iter(exchange.methods), None)
+        error = {"jsonrpc": "2.0", "id": request_id,
+                 "error": {"code": REFUSED_CODE, "message": f"lockstep: refused {detail}: it cannot be checked"}}
+        return _jsonrpc_response(error)
+
+
+async def _read_limited(upstream: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
+    """The body, and whether it is complete (False: the first ``limit``-plus bytes only)."""
+    chunks, size = [], 0
+    async for chunk in upstream.content.iter_any():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return b"".join(chunks), False
+    return b"".join(chunks), True
+
+
+def _response_like(upstream: aiohttp.ClientResponse) -> web.StreamResponse:
+    response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
+    _copy_headers(upstream, response)
+    return response
+
+
+def _copy_headers(upstream: aiohttp.ClientResponse, response: web.StreamResponse) -> None:
+    for name, value in upstream.headers.items():
+        if name.lower() not in _RESPONSE_DROPPED:
+            response.headers.add(name, value)
+
+
+def _jsonrpc_response(message: Any, status: int = 200) -> web.Response:
+    return web.Response(status=status, body=json.dumps(message).encode(), content_type="application/json")
+
+
+def _batch_refusal(messages: list[Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": None, "error": {
+        "code": -32600, "message": "lockstep proxy: JSON-RPC batches are refused (MCP removed them in "
+                                   "2025-06-18); send one message per request"}}
+
+
+def _id_key(request_id: Any) -> Any:
+    return json.dumps(request_id) if isinstance(request_id, (dict, list)) else request_id
+
+
+async def serve_proxy(app: ProxyApp, host: str, port: int) -> web.AppRunner:
+    """Start serving on ``host:port``; return the runner (``await runner.cleanup()`` to stop)."""
+    runner = web.AppRunner(app.web_app(), handle_signals=False, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner

@@ -1,0 +1,32 @@
+"""The proxy's Prometheus metrics (``lockstep_proxy_*``), on a registry of its own."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from lockstep.proxy.policy import Finding
+
+__all__ = ["ProxyMetrics"]
+
+
+class ProxyMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.requests = Counter("lockstep_proxy_requests", "HTTP requests the proxy received, by HTTP method.",
+                                ["method"], registry=self.registry)
+        self.findings = Counter(
+            "lockstep_proxy_findings",
+            "Components not approved that a client was sent a response about, by action (withheld, blocked, "
+            "audited, refused-call), component kind, reason and client (clientInfo name; at most 20, then other).",
+            ["action", "kind", "reason", "client"], registry=self.registry)
+        self.calls = Counter("lockstep_proxy_calls", "tools/call, prompts/get and resources/read requests, "
+                             "by outcome (forwarded, refused).", ["outcome"], registry=self.registry)
+        self.unjudged = Counter("lockstep_proxy_unjudged", "Responses or streams refused because they could not "
+                                "be checked (over the size limit, not JSON).", registry=self.registry)
+        self.upstream_seconds = Histogram("lockstep_proxy_upstream_seconds", "Time until the upstream server's "
+                                          "response headers arrived.", registry=self.registry,
+                                          buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10))
+
+    def finding(self, finding: Finding, client_label: str) -> None:
+        self.findings.labels(finding.action, finding.verdict.kind.value, finding.verdict.reason.value,
+                             client_label).inc()
