@@ -25,9 +25,9 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -44,7 +44,7 @@ from lockstep.proxy.policy import (
     Mode,
     principal_of,
 )
-from lockstep.proxy.sse import EventSplitter, EventTooLargeError, parse_event, replace_data
+from lockstep.proxy.sse import EventSplitter, EventTooLargeError, SseEvent, parse_event, replace_data
 
 __all__ = ["DEFAULT_MAX_BODY", "ProxyApp", "ProxyConfigError", "serve_proxy"]
 
@@ -73,11 +73,45 @@ class _Exchange:
     principal: str
     client: str
     methods: dict[Any, str]
+    #: The legacy SSE transport's ``session_id`` (its POSTs are answered on the GET stream).
+    legacy_session: str = ""
 
     @property
     def bears_interface(self) -> bool:
         """Whether an answer in this exchange may carry interface (unknown counts as yes)."""
         return not self.methods or any(method in INTERFACE_METHODS for method in self.methods.values())
+
+
+class _Pending(dict[Any, str]):
+    """Methods of requests whose answers are still to come on a legacy SSE stream (bounded)."""
+
+    LIMIT = 1024
+
+    def add(self, methods: dict[Any, str]) -> None:
+        for request_id, method in methods.items():
+            if len(self) >= self.LIMIT:
+                self.pop(next(iter(self)))
+            self[request_id] = method
+
+
+@dataclass
+class _LegacyStream:
+    """One legacy SSE session's GET stream: answers to its POSTs, and refusals the proxy adds."""
+
+    session_id: str
+    response: web.StreamResponse
+    exchange: _Exchange
+    methods: _Pending = field(default_factory=_Pending)
+
+    def expect(self, post: _Exchange) -> None:
+        """A POST of this session: its answers come on the stream, for the client it names."""
+        self.methods.add(post.methods)
+        if post.client != "unknown":
+            self.exchange.client = post.client
+
+    async def write(self, data: bytes) -> None:
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self.response.write(data)
 
 
 class ProxyApp:
@@ -98,6 +132,7 @@ class ProxyApp:
         self._clients: dict[str, str] = {}  # session id -> client name (the 2025 handshake names it once)
         self._client_labels: set[str] = set()
         self._session: aiohttp.ClientSession | None = None
+        self._legacy: dict[str, _LegacyStream] = {}
 
     def _found(self, finding: Finding) -> None:
         self.metrics.finding(finding, self._client_label(finding.client))
@@ -145,7 +180,14 @@ class ProxyApp:
         decision = self.policy.decide_call(messages, exchange.principal, exchange.client)
         if decision is not None and decision.error is not None:
             self.metrics.calls.labels("refused").inc()
+            legacy = self._legacy.get(exchange.legacy_session)
+            if legacy is not None:  # the legacy SSE transport answers on its GET stream, never in the POST
+                await legacy.write(_event_bytes(decision.error))
+                return web.Response(status=202, text="Accepted")
             return _jsonrpc_response(decision.error)
+        legacy = self._legacy.get(exchange.legacy_session)
+        if legacy is not None:
+            legacy.expect(exchange)
         if decision is not None:
             return await self._forward_call(request, body, exchange, decision, messages)
         return await self._forward(request, body, exchange)
@@ -179,7 +221,7 @@ class ProxyApp:
         for message in messages if isinstance(messages, list) else [messages]:
             if isinstance(message, dict) and isinstance(message.get("method"), str) and "id" in message:
                 methods[_id_key(message["id"])] = message["method"]
-        return _Exchange(principal, client, methods), messages
+        return _Exchange(principal, client, methods, request.query.get("session_id", "")), messages
 
     def _client_name(self, message: Any, session_id: str) -> str:
         params = message.get("params") if isinstance(message, dict) else None
@@ -254,10 +296,16 @@ class ProxyApp:
         response.headers["X-Accel-Buffering"] = "no"
         await response.prepare(request)
         splitter = EventSplitter(self.max_body)
+        legacy: _LegacyStream | None = None
         try:
             async for chunk in upstream.content.iter_any():
                 for raw in splitter.feed(chunk):
-                    await response.write(self._event(raw, exchange))
+                    event = parse_event(raw)
+                    if event.event == "endpoint" and event.data and legacy is None:
+                        legacy, raw = self._legacy_stream(event, raw, response, exchange)
+                        await response.write(raw)
+                        continue
+                    await response.write(self._event(event, exchange))
         except EventTooLargeError as error:
             # The rest of this stream cannot be judged: end it (the client sees a dropped stream).
             logger.warning("closing an event stream from %s: %s", self.upstream_origin, error)
@@ -265,13 +313,31 @@ class ProxyApp:
             return response
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as error:
             logger.info("the upstream stream ended: %s", error)
+        finally:
+            if legacy is not None:
+                self._legacy.pop(legacy.session_id, None)
         with contextlib.suppress(ConnectionError):
             await response.write(splitter.rest())
             await response.write_eof()
         return response
 
-    def _event(self, raw: bytes, exchange: _Exchange) -> bytes:
-        event = parse_event(raw)
+    def _legacy_stream(self, event: SseEvent, raw: bytes, response: web.StreamResponse,
+                       exchange: _Exchange) -> tuple[_LegacyStream | None, bytes]:
+        """The legacy SSE transport's first event names the URL to POST to: keep it on this proxy."""
+        endpoint = event.data or ""
+        if endpoint.startswith(self.upstream_origin):
+            endpoint = endpoint[len(self.upstream_origin):] or "/"
+            raw = replace_data(raw, endpoint)
+        session_id = parse_qs(urlsplit(endpoint).query).get("session_id", [""])[0]
+        if not session_id or len(self._legacy) >= 10_000:
+            return None, raw
+        legacy = _LegacyStream(session_id, response, exchange)
+        exchange.methods = legacy.methods  # the answers to this session's POSTs arrive here
+        self._legacy[session_id] = legacy
+        return legacy, raw
+
+    def _event(self, event: SseEvent, exchange: _Exchange) -> bytes:
+        raw = event.raw
         if event.data is None or event.event != "message":
             return raw
         try:
@@ -287,6 +353,8 @@ class ProxyApp:
         if not isinstance(message, dict):
             return None
         method = exchange.methods.get(_id_key(message.get("id")))
+        if isinstance(exchange.methods, _Pending) and "method" not in message:
+            exchange.methods.pop(_id_key(message.get("id")), None)  # answered: forget it
         return self.policy.filter_response(message, method, exchange.principal, exchange.client)
 
     async def _passthrough(self, request: web.Request, upstream: aiohttp.ClientResponse,
@@ -340,13 +408,20 @@ def _batch_refusal(messages: list[Any]) -> dict[str, Any]:
                                    "2025-06-18); send one message per request"}}
 
 
+def _event_bytes(message: Any) -> bytes:
+    return b"event: message\r\ndata: " + json.dumps(message).encode() + b"\r\n\r\n"
+
+
 def _id_key(request_id: Any) -> Any:
     return json.dumps(request_id) if isinstance(request_id, (dict, list)) else request_id
 
 
-async def serve_proxy(app: ProxyApp, host: str, port: int) -> web.AppRunner:
-    """Start serving on ``host:port``; return the runner (``await runner.cleanup()`` to stop)."""
-    runner = web.AppRunner(app.web_app(), handle_signals=False, access_log=None)
+async def serve_proxy(app: ProxyApp, host: str, port: int, *, shutdown_timeout: float = 5.0) -> web.AppRunner:
+    """Start serving on ``host:port``; return the runner (``await runner.cleanup()`` to stop).
+
+    On stop, open streams (a GET stream, ``subscriptions/listen``) get ``shutdown_timeout``
+    seconds before they are cut: clients reconnect, to this proxy or the next one."""
+    runner = web.AppRunner(app.web_app(), handle_signals=False, access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     return runner

@@ -48,7 +48,7 @@ async def running_proxy(upstream: str, approved: Iterable[Interface], mode: str 
     findings: list[Finding] = []
     gate = ComponentGate.of([Revision.of(interface, list(ignore)) for interface in approved], list(ignore))
     app = ProxyApp(upstream, gate, Mode(mode), on_finding=findings.append, **options)
-    runner = await serve_proxy(app, "127.0.0.1", 0)
+    runner = await serve_proxy(app, "127.0.0.1", 0, shutdown_timeout=0.5)
     try:
         host, port = runner.addresses[0][:2]
         yield ProxyHandle(f"http://{host}:{port}{urlsplit(upstream).path}", app, findings)
@@ -92,7 +92,23 @@ class _Recording(httpx2.AsyncBaseTransport):
 async def agent_read(url: str, *, client_name: str = "agent", user_agent: str = "agent/1.0",
                      authorization: str | None = None, transport: str = "streamable-http",
                      modern: bool = True, call: str | None = None) -> AgentView:
-    """Connect as an agent, list the tools (every page, as the SDK does), optionally call one."""
+    """Connect as an agent, list the tools (every page, as the SDK does), optionally call one.
+
+    A failure is raised as itself (the first error inside the SDK's task groups)."""
+    try:
+        return await _agent_read(url, client_name, user_agent, authorization, transport, modern, call)
+    except BaseExceptionGroup as group:
+        raise _first_leaf(group) from None
+
+
+def _first_leaf(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
+
+
+async def _agent_read(url: str, client_name: str, user_agent: str, authorization: str | None, transport: str,
+                      modern: bool, call: str | None) -> AgentView:
     received: list[bytes] = []
     headers = {"User-Agent": user_agent}
     if authorization:
