@@ -98,6 +98,11 @@ class LockstepOperator:
             if self.reconciler is not None:
                 await self.reconciler.on_pod(str(event.get("type") or "ADDED"), event["object"])
 
+        @kopf.on.event("", "v1", "services", registry=registry)
+        async def service_event(event: kopf.RawEvent, **_: Any) -> None:
+            if self.reconciler is not None:  # enforcement Quarantine: Services that bypass the proxy
+                await self.reconciler.on_service(str(event.get("type") or "ADDED"), event["object"])
+
         if self.config.tls_enabled and self.config.webhook_port \
                 and importlib.util.find_spec("lockstep.operator.webhooks") is not None:
             from lockstep.operator.validation import register_validation

@@ -60,6 +60,8 @@ NO_API_TOKEN_VOLUME = "lockstep-no-api-token"
 API_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 HEADERS_DIR = "/etc/lockstep/headers"
 DEFAULT_SIDECAR_PORT = 9090
+DEFAULT_PROXY_PORT = 8090
+PROXY_PORT_NAME = "lockstep-mcp"
 NONROOT_ID = 65532  # the image's numeric user, so runAsNonRoot can verify it
 MIN_TOKEN_EXPIRATION = 600  # the API server refuses projected tokens shorter than 10 minutes
 
@@ -98,6 +100,8 @@ class Binding:
     interval_seconds: float = 60.0
     timeout_seconds: float = 10.0
     headers_secret: str | None = None
+    #: Enforcement Quarantine: the sidecar also runs the in-line proxy on this port (``lockstep-mcp``).
+    proxy_port: int | None = None
 
     @classmethod
     def from_interface(cls, interface: Mapping[str, Any]) -> Binding:
@@ -117,6 +121,7 @@ class Binding:
             interval_seconds=probe_interval(probe),
             timeout_seconds=probe_timeout(probe),
             headers_secret=headers.get("secretName") if isinstance(headers, Mapping) else None,
+            proxy_port=_proxy_port(spec) if spec.get("enforcement") == "Quarantine" else None,
         )
 
 
@@ -225,10 +230,20 @@ def _token_volume(settings: SidecarSettings) -> dict[str, Any]:
                                                 "defaultMode": 0o440}}
 
 
+def _proxy_port(spec: Mapping[str, Any]) -> int:
+    port = (spec.get("proxy") or {}).get("port", DEFAULT_PROXY_PORT)
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+        raise BindingError(f"spec.proxy.port {port!r} is not a port number")
+    return port
+
+
 def _sidecar_container(spec: Mapping[str, Any], settings: SidecarSettings,
                        binding: Binding) -> dict[str, Any]:
     mcp_port = _resolve_port(spec, binding.port)
-    port = _free_port(spec, settings.port, avoid=mcp_port)
+    if binding.proxy_port is not None and binding.proxy_port in {mcp_port, *_declared_ports(spec).values()}:
+        raise BindingError(f"spec.proxy.port {binding.proxy_port} is a port of the pod already; the proxy needs "
+                           "its own (the MCP server listens on 127.0.0.1 at the endpoint port)")
+    port = _free_port(spec, settings.port, avoid=mcp_port, also=binding.proxy_port)
     mounts = [{"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
               {"name": NO_API_TOKEN_VOLUME, "mountPath": API_TOKEN_DIR, "readOnly": True}]
     if binding.headers_secret:
@@ -257,6 +272,8 @@ def _sidecar_container(spec: Mapping[str, Any], settings: SidecarSettings,
         "volumeMounts": mounts,
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
+    if binding.proxy_port is not None:
+        container["ports"].append({"name": PROXY_PORT_NAME, "containerPort": binding.proxy_port, "protocol": "TCP"})
     if settings.resources:
         container["resources"] = dict(settings.resources)
     return container
@@ -276,6 +293,7 @@ def _sidecar_env(settings: SidecarSettings, binding: Binding, mcp_port: int,
         "LOCKSTEP_OPERATOR_CA": settings.operator_ca,
         "LOCKSTEP_HEADERS_DIR": HEADERS_DIR if binding.headers_secret else "",
         "LOCKSTEP_SIDECAR_PORT": str(port),
+        "LOCKSTEP_PROXY_PORT": str(binding.proxy_port) if binding.proxy_port is not None else "",
     }
     return [{"name": name, "value": value} for name, value in values.items() if value]
 
@@ -325,9 +343,9 @@ def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]
     return False
 
 
-def _free_port(spec: Mapping[str, Any], preferred: int, avoid: int) -> int:
-    """The sidecar's port: ``preferred`` unless the MCP server or a container of the pod uses it."""
-    taken = set(_declared_ports(spec).values()) | {avoid}
+def _free_port(spec: Mapping[str, Any], preferred: int, avoid: int, also: int | None = None) -> int:
+    """The sidecar's port: ``preferred`` unless the MCP server, the proxy or a container of the pod uses it."""
+    taken = set(_declared_ports(spec).values()) | {avoid} | ({also} if also is not None else set())
     port = preferred
     while port in taken:
         port += 1

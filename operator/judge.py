@@ -8,10 +8,15 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from lockstep.operator.injection import DEFAULT_STALE_AFTER, BindingError, probe_stale_after
+from lockstep.operator.injection import (
+    DEFAULT_PROXY_PORT,
+    DEFAULT_STALE_AFTER,
+    BindingError,
+    probe_stale_after,
+)
 
 from lockstep.core import Interface, InterfaceError, LockstepError
 from lockstep.core.diff import UncomparableRevisionsError, closest_revision, diff_revisions
@@ -44,6 +49,8 @@ class Reason(str, enum.Enum):
 
     VERIFIED = "Verified"
     AUDIT = "Audit"
+    #: Enforcement Quarantine: the proxy withholds the drifted components; the pod serves the rest.
+    QUARANTINED = "Quarantined"
     INTERFACE_CHANGED = "InterfaceChanged"
     INTERFACE_INVALID = "InterfaceInvalid"
     NOT_APPROVED = "NotApproved"
@@ -63,11 +70,13 @@ class PodState(str, enum.Enum):
     INVALID = "invalid"
     CONFLICT = "conflict"
     AUDIT = "audit"
+    QUARANTINED = "quarantined"
 
 
 class Enforcement(str, enum.Enum):
     ISOLATE = "Isolate"
     AUDIT = "Audit"
+    QUARANTINE = "Quarantine"
 
 
 class Approval(str, enum.Enum):
@@ -108,11 +117,14 @@ class Policy:
     trusted: Revision | None = None
     #: Why (part of) the spec is unusable: shown as the Stalled condition.
     problems: tuple[str, ...] = ()
+    #: Enforcement Quarantine: the port of the in-line proxy (spec.proxy.port).
+    proxy_port: int = DEFAULT_PROXY_PORT
 
     @property
     def strictness(self) -> tuple[int, int]:
-        """(enforcement, approval), higher is stricter: Isolate over Audit, Manual over FirstSeen."""
-        return (int(self.enforcement is Enforcement.ISOLATE), int(self.approval is Approval.MANUAL))
+        """(enforcement, approval), higher is stricter: Isolate over Quarantine over Audit, Manual over
+        FirstSeen."""
+        return (_ENFORCEMENT_STRICTNESS[self.enforcement], int(self.approval is Approval.MANUAL))
 
     @classmethod
     def from_resource(cls, body: Mapping[str, Any]) -> Policy:
@@ -144,6 +156,7 @@ class Policy:
             stale_after=stale_after,
             trusted=_trusted_from_status(body.get("status") or {}, ignore),
             problems=tuple(problems),
+            proxy_port=_proxy_port(spec, problems),
         )
 
     @property
@@ -158,6 +171,19 @@ class Policy:
         """What, when it changes, calls for judging every selected pod again."""
         return (tuple(revision.aggregate for revision in self.approved), self.ignore, self.enforcement,
                 self.approval, self.trusted.aggregate if self.trusted else None, self.stale_after)
+
+
+_ENFORCEMENT_STRICTNESS = {Enforcement.AUDIT: 0, Enforcement.QUARANTINE: 1, Enforcement.ISOLATE: 2}
+#: Reasons the proxy answers for in enforcement Quarantine: drift, which it withholds component by component.
+QUARANTINED_REASONS = frozenset({Reason.INTERFACE_CHANGED, Reason.NOT_APPROVED})
+
+
+def _proxy_port(spec: Mapping[str, Any], problems: list[str]) -> int:
+    port = (spec.get("proxy") or {}).get("port", DEFAULT_PROXY_PORT)
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+        problems.append(f"spec.proxy.port: {port!r} is not a port number")
+        return DEFAULT_PROXY_PORT
+    return port
 
 
 def _enum(kind: type[enum.Enum], value: Any, default: Any, problems: list[str]) -> Any:
@@ -211,9 +237,14 @@ def observed_revision(observation: Observation, ignore: Sequence[str]) -> Revisi
     return Revision(observation.digest)
 
 
-def judge(observation: Observation, policy: Policy, *, was_verified: bool = False) -> Verdict:
+def judge(observation: Observation, policy: Policy, *, was_verified: bool = False,
+          proxied: bool = False) -> Verdict:
     """Judge one observation. ``was_verified``: the pod matched an approved revision before, so a
-    mismatch now is a change of a running server (InterfaceChanged), not a new unapproved one."""
+    mismatch now is a change of a running server (InterfaceChanged), not a new unapproved one.
+    ``proxied``: the pod's sidecar runs the in-line proxy (its report says so); enforcement
+    Quarantine relies on it, and without it isolates the pod as Isolate does."""
+    if policy.enforcement is Enforcement.QUARANTINE and not proxied:
+        policy = replace(policy, enforcement=Enforcement.ISOLATE)
     if observation.failure_reason is not None:
         reason = Reason(observation.failure_reason.value)
         return _enforce(policy, reason, observation.failure_message or reason.value)
@@ -259,6 +290,10 @@ def judge_conflict(resources: Sequence[str]) -> Verdict:
 def _enforce(policy: Policy, reason: Reason, message: str, revision: Revision | None = None,
              closest: str | None = None, findings: Sequence[dict[str, Any]] = ()) -> Verdict:
     message = message[:MESSAGE_LIMIT]
+    if policy.enforcement is Enforcement.QUARANTINE and reason in QUARANTINED_REASONS:
+        return Verdict("True", Reason.QUARANTINED,
+                       f"the proxy withholds what is not approved: {message}"[:MESSAGE_LIMIT],
+                       PodState.QUARANTINED, revision, closest, tuple(findings))
     if policy.enforcement is Enforcement.AUDIT:
         return Verdict("True", Reason.AUDIT, f"audit only, would be {reason.value}: {message}"[:MESSAGE_LIMIT],
                        PodState.AUDIT, revision, closest, tuple(findings))

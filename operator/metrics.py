@@ -25,6 +25,10 @@ REJECTION_REASONS = ("Unauthenticated", "UnknownPod", "UidMismatch", "NotSelecte
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
+#: Distinct ``client`` label values per resource in ``lockstep_proxy_withheld_total``.
+MAX_CLIENT_LABELS = 10
+
+
 class Metrics:
     """One registry per operator instance (tests run several operators in one process)."""
 
@@ -48,7 +52,21 @@ class Metrics:
                                        ["namespace", "interface"], registry=self.registry)
         self.webhook_requests = Counter("lockstep_webhook_requests_total", "Admission requests handled.",
                                         ["webhook", "outcome"], registry=self.registry)
+        self.proxy_withheld = Counter(
+            "lockstep_proxy_withheld_total",
+            "Components the pods' in-line proxies kept from clients (enforcement Quarantine), by component kind, "
+            "reason, action and client (clientInfo name; at most 10 per resource, then other).",
+            ["namespace", "interface", "component_kind", "reason", "action", "client"], registry=self.registry)
         self._finding_labels: dict[tuple[str, str], set[tuple[str, str, str]]] = {}
+        self._clients: dict[tuple[str, str], set[str]] = {}
+
+    def count_withheld(self, namespace: str, interface: str, kind: str, reason: str, action: str, client: str,
+                       count: int) -> None:
+        clients = self._clients.setdefault((namespace, interface), set())
+        if client not in clients and len(clients) >= MAX_CLIENT_LABELS:
+            client = "other"
+        clients.add(client)
+        self.proxy_withheld.labels(namespace, interface, kind, reason, action, client).inc(count)
 
     def set_pod_counts(self, namespace: str, interface: str, counts: Mapping[PodState, int]) -> None:
         for state in PodState:

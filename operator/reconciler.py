@@ -18,8 +18,10 @@ from typing import Any
 from lockstep.operator.cache import ClusterCache, PodRecord, ResourceRecord
 from lockstep.operator.config import OperatorConfig
 from lockstep.operator.events import EventPoster, pod_ref, resource_ref
+from lockstep.operator.injection import PROXY_PORT_NAME
 from lockstep.operator.judge import (
     CONDITION_TYPE,
+    Enforcement,
     PodState,
     Policy,
     Reason,
@@ -37,7 +39,7 @@ from lockstep.operator.status import PodTrack, ResourceMemory, build_status, fin
 from lockstep.core import Interface
 from lockstep.core.digest import ComponentDigest, InterfaceDigest
 from lockstep.core.errors import LockstepError
-from lockstep.core.report import FailureReason, Observation
+from lockstep.core.report import FailureReason, Observation, ProxyReport
 from lockstep.core.revision import Revision
 
 __all__ = ["Reconciler"]
@@ -61,6 +63,8 @@ class Reconciler:
         self.cache = ClusterCache()
         self.tracks: dict[Key, PodTrack] = {}
         self.memory: dict[Key, ResourceMemory] = {}
+        #: Services by (namespace, name): their selector and target ports (numbers or names, as text).
+        self.services: dict[Key, tuple[dict[str, str], tuple[str, ...]]] = {}
         self.synced = asyncio.Event()
         self._locks: dict[Key, asyncio.Lock] = {}
         self._dirty: set[Key] = set()
@@ -100,14 +104,15 @@ class Reconciler:
         status = resources[0].status
         entry = next((item for item in status.get("observed") or [] if pod.name in (item.get("pods") or [])), None)
         observation, revision = _rebuild_observation(reason, condition, entry)
-        state = PodState.AUDIT if reason is Reason.AUDIT else _state_of(reason)
+        state = {Reason.AUDIT: PodState.AUDIT, Reason.QUARANTINED: PodState.QUARANTINED}.get(reason) \
+            or _state_of(reason)
         verdict = Verdict(str(condition.get("status")), reason, str(condition.get("message") or ""), state,
                           revision, (entry or {}).get("closestApproved") or (revision.aggregate if revision else None),
                           tuple((entry or {}).get("findings") or ()))
         self.tracks[pod.key] = PodTrack(
             uid=pod.uid, observation=observation, received_at=time.monotonic(), verdict=verdict,
             was_verified=reason in (Reason.VERIFIED, Reason.INTERFACE_CHANGED),
-            stale=reason is Reason.REPORT_STALE, written=verdict.condition)
+            stale=reason is Reason.REPORT_STALE, written=verdict.condition, proxied=reason is Reason.QUARANTINED)
 
     # ------------------------------------------------------------------ watch events
     async def on_resource(self, event_type: str, body: Mapping[str, Any]) -> None:
@@ -179,15 +184,79 @@ class Reconciler:
             await self._judge_pod(record.key)
 
     # ------------------------------------------------------------------ reports and timers
-    async def accept(self, pod: PodRecord, observation: Observation) -> Verdict | None:
-        """Record an authenticated report for ``pod`` and judge it; None when nothing selects the pod."""
+    async def accept(self, pod: PodRecord, observation: Observation,
+                     proxy: ProxyReport | None = None) -> Verdict | None:
+        """Record an authenticated report for ``pod`` and judge it; None when nothing selects the pod.
+        ``proxy``: the report's proxy section (the sidecar runs the in-line proxy)."""
         track = self.tracks.get(pod.key)
         if track is None or track.uid != pod.uid:
             track = self.tracks[pod.key] = PodTrack(uid=pod.uid)
         track.observation = observation
         track.received_at = time.monotonic()
         track.stale = False
+        track.proxied = proxy is not None
+        if proxy is not None and proxy.withheld:
+            await self._record_withheld(pod, proxy)
         return await self._judge_pod(pod.key)
+
+    async def _record_withheld(self, pod: PodRecord, proxy: ProxyReport) -> None:
+        """Status, Events and metrics for what a pod's proxy withheld since its last report."""
+        for record in self.cache.selecting(pod):
+            policy = record.policy
+            memory = self.memory.setdefault(record.key, ResourceMemory())
+            known = {_withheld_key(entry): entry for entry in memory.withheld}
+            for item in proxy.withheld:
+                kind = item.component.partition("/")[0]
+                self.metrics.count_withheld(policy.namespace, policy.name, kind, item.reason, item.action,
+                                            item.client, item.count)
+                key = (item.component, item.digest, item.action, item.client)
+                entry = known.pop(key, None)
+                if entry is None:
+                    await self.events.post(
+                        resource_ref(policy.namespace, policy.name, policy.uid), "Warning", "ComponentWithheld",
+                        f"pod {pod.name}: {item.component} {item.action} ({item.reason}, "
+                        f"{short_digest(item.digest) if item.digest else 'no digest'}) for client {item.client}")
+                    entry = {**item.to_dict(), "count": 0}
+                entry.update(count=int(entry["count"]) + item.count, pod=pod.name, lastSeen=now_iso())
+                memory.withheld = [entry, *(e for e in memory.withheld if _withheld_key(e) != key)][:WITHHELD_KEPT]
+            self._dirty.add(record.key)
+
+    def approved_components(self, pod: PodRecord) -> dict[str, Any] | None:
+        """What the proxy of ``pod`` may let through: every approved component digest, and the ignore rules."""
+        resources = self.cache.selecting(pod)
+        if len(resources) != 1:
+            return None  # none or a conflict: the proxy keeps withholding everything
+        policy = resources[0].policy
+        components = sorted({(c.kind.value, c.name, c.digest) for revision in policy.effective_approved
+                             for c in revision.digest.components})
+        return {"ignore": list(policy.ignore),
+                "components": [{"kind": kind, "name": name, "digest": digest} for kind, name, digest in components]}
+
+    async def on_service(self, event_type: str, body: Mapping[str, Any]) -> None:
+        """Keep the Services: in enforcement Quarantine, one that targets a port past the proxy is reported."""
+        metadata = body.get("metadata") or {}
+        key = (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+        if event_type == "DELETED":
+            self.services.pop(key, None)
+        else:
+            spec = body.get("spec") or {}
+            self.services[key] = (dict(spec.get("selector") or {}),
+                                  tuple(str(port.get("targetPort", port.get("port"))) for port in spec.get("ports") or []))
+        self._dirty.update(record.key for record in self.cache.resources()
+                           if record.key[0] == key[0] and record.policy.enforcement is Enforcement.QUARANTINE)
+
+    def _bypassing(self, record: ResourceRecord) -> list[str]:
+        """Services selecting the resource's pods with a target port other than the proxy's."""
+        policy = record.policy
+        pods = self.cache.selected_pods(*record.key)
+        through = {PROXY_PORT_NAME, str(policy.proxy_port)}
+        found = []
+        for (namespace, name), (selector, targets) in sorted(self.services.items()):
+            if namespace != policy.namespace or not selector:
+                continue
+            if any(all(pod.labels.get(k) == v for k, v in selector.items()) for pod in pods):
+                found += [f"{name}:{target}" for target in targets if target not in through]
+        return found
 
     async def check_stale(self) -> None:
         now = time.monotonic()
@@ -236,7 +305,8 @@ class Reconciler:
             elif track.stale:
                 verdict = judge_stale(resources[0].policy, time.monotonic() - track.received_at)
             else:
-                verdict = self._judge_once(track.observation, resources[0].policy, track.was_verified)
+                verdict = self._judge_once(track.observation, resources[0].policy, track.was_verified,
+                                           track.proxied)
                 if verdict.trusts is not None:
                     self._trust(resources[0], verdict.trusts, pod)
             await self._apply(pod, track, verdict, resources)
@@ -251,16 +321,17 @@ class Reconciler:
             await self.events.post(pod_ref(pod.namespace, pod.name, pod.uid), "Warning", verdict.reason.value,
                                    verdict.message)
 
-    def _judge_once(self, observation: Observation, policy: Policy, was_verified: bool) -> Verdict:
+    def _judge_once(self, observation: Observation, policy: Policy, was_verified: bool,
+                    proxied: bool = False) -> Verdict:
         """Judge, reusing the verdict of an identical observation of another pod (same aggregate
         digest, so the same definitions) under the same policy: the diff runs once per revision."""
         if observation.digest is None:
-            return judge(observation, policy, was_verified=was_verified)
+            return judge(observation, policy, was_verified=was_verified, proxied=proxied)
         key = (policy.namespace, policy.name, policy.judging_key, observation.digest.digest,
-               observation.definitions is not None, was_verified)
+               observation.definitions is not None, was_verified, proxied)
         verdict = self._verdicts.get(key)
         if verdict is None:
-            verdict = judge(observation, policy, was_verified=was_verified)
+            verdict = judge(observation, policy, was_verified=was_verified, proxied=proxied)
             if verdict.trusts is None:
                 self._verdicts[key] = verdict
                 if len(self._verdicts) > VERDICT_CACHE_SIZE:
@@ -357,6 +428,14 @@ class Reconciler:
         policy = record.policy
         pods = [(pod, self.tracks.get(pod.key)) for pod in self.cache.selected_pods(*record.key)]
         memory = self.memory.setdefault(record.key, ResourceMemory())
+        if policy.enforcement is Enforcement.QUARANTINE:
+            bypassing = self._bypassing(record)
+            for service in sorted(set(bypassing) - set(memory.bypassing)):
+                await self.events.post(resource_ref(policy.namespace, policy.name, policy.uid), "Warning",
+                                       "ServiceBypassesProxy",
+                                       f"Service port {service} sends traffic past the proxy: target the port "
+                                       f"{PROXY_PORT_NAME} ({policy.proxy_port}) instead")
+            memory.bypassing = bypassing
         previous = self._written.get(record.key) or record.status
         status = build_status(policy, pods, memory, previous, definitions_limit=self.config.status_definitions_limit)
         revisions = {track.verdict.revision.aggregate: track.verdict.revision for _, track in pods
@@ -373,6 +452,15 @@ class Reconciler:
             await self.client.merge_patch(self.client.resource_status_path(*record.key), {"status": status})
         self._written[record.key] = status
         await self.observed_maps.prune(record.key, unwanted)  # only once status no longer points at them
+
+
+#: Withheld components remembered per resource (status lists the newest WITHHELD_LISTED).
+WITHHELD_KEPT = 50
+
+
+def _withheld_key(entry: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    return (str(entry.get("component")), str(entry.get("digest")), str(entry.get("action")),
+            str(entry.get("client")))
 
 
 def _condition_of(pod: PodRecord) -> tuple[str, str, str] | None:

@@ -26,7 +26,7 @@ from lockstep.operator.reconciler import Reconciler
 
 from lockstep.core.errors import InterfaceError
 from lockstep.core.model import loads_strict
-from lockstep.core.report import Freshness, Observation
+from lockstep.core.report import Freshness, Observation, ProxyReport
 
 __all__ = ["AUDIENCE", "Identity", "ReportRejected", "ReportServer", "TokenReviewer"]
 
@@ -232,9 +232,12 @@ class ReportServer:
         try:
             if not self.serving():
                 raise NotServing()
-            verdict = await self._judge(request)
+            verdict, approved = await self._judge(request)
             outcome = "accepted"
-            return web.json_response({"verdict": verdict}, status=202)
+            body: dict[str, Any] = {"verdict": verdict}
+            if approved is not None:
+                body["approved"] = approved  # the proxy's gate: what it may let through
+            return web.json_response(body, status=202)
         except NotServing:
             response = web.json_response({"reason": "NotServing", "message": "this replica does not serve reports now"},
                                          status=503, headers={"Retry-After": "1"})
@@ -248,7 +251,7 @@ class ReportServer:
         finally:
             self.metrics.report_duration.labels(outcome).observe(time.perf_counter() - started)
 
-    async def _judge(self, request: web.Request) -> dict[str, str]:
+    async def _judge(self, request: web.Request) -> tuple[dict[str, str], dict[str, Any] | None]:
         length = request.content_length
         if length is not None and length > self.config.body_limit:
             raise ReportRejected(413, "TooLarge", f"the report is larger than {self.config.body_limit} bytes")
@@ -269,15 +272,16 @@ class ReportServer:
             raise ReportRejected(403, "UidMismatch", f"pod {identity.pod_name} has another uid than the token's")
         if not self.reconciler.selecting(pod):
             raise ReportRejected(403, "NotSelected", f"no MCPServerInterface selects pod {identity.pod_name}")
-        observation, freshness = await _read_observation(request, self.config.body_limit)
+        observation, freshness, proxy = await _read_observation(request, self.config.body_limit)
         try:
             self.freshness.admit(identity.pod_uid, freshness)
         except StaleReport as stale:
             raise ReportRejected(409 if stale.reason == "Replayed" else 400, stale.reason, str(stale)) from None
-        verdict = await self.reconciler.accept(pod, observation)
+        verdict = await self.reconciler.accept(pod, observation, proxy)
         if verdict is None:
             raise ReportRejected(403, "NotSelected", f"no MCPServerInterface selects pod {identity.pod_name}")
-        return {"status": verdict.status, "reason": verdict.reason.value, "message": verdict.message}
+        approved = self.reconciler.approved_components(pod) if proxy is not None else None
+        return {"status": verdict.status, "reason": verdict.reason.value, "message": verdict.message}, approved
 
 
 def _bearer(request: web.Request) -> str:
@@ -287,7 +291,7 @@ def _bearer(request: web.Request) -> str:
     return token.strip()
 
 
-async def _read_observation(request: web.Request, limit: int) -> tuple[Observation, Freshness]:
+async def _read_observation(request: web.Request, limit: int) -> tuple[Observation, Freshness, ProxyReport | None]:
     try:
         raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
@@ -295,11 +299,12 @@ async def _read_observation(request: web.Request, limit: int) -> tuple[Observati
     return parse_report(raw)
 
 
-def parse_report(raw: bytes) -> tuple[Observation, Freshness]:
-    """The observation and freshness of a report body, or ReportRejected(400) with a one-line cause."""
+def parse_report(raw: bytes) -> tuple[Observation, Freshness, ProxyReport | None]:
+    """The observation, freshness and proxy section of a report body, or ReportRejected(400) with a
+    one-line cause."""
     try:
         body = loads_strict(raw)
-        return Observation.from_dict(body), Freshness.from_dict(body)
+        return Observation.from_dict(body), Freshness.from_dict(body), ProxyReport.from_dict(body)
     except (ValueError, json.JSONDecodeError) as error:
         raise ReportRejected(400, "BadReport", f"the body is not JSON: {error}"[:300]) from None
     except InterfaceError as error:  # ReportError, or a NaN in the JSON

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from lockstep.operator.cache import PodRecord
-from lockstep.operator.judge import PodState, Policy, Verdict, short_digest
+from lockstep.operator.judge import Enforcement, PodState, Policy, Verdict, short_digest
 
 from lockstep.core.report import Observation
 from lockstep.core.revision import Revision
@@ -39,7 +39,9 @@ OBSERVED_LIMIT = 20
 PODS_LISTED = 100
 #: Definitions kept in status, in all, as a multiple of the per-revision limit.
 DEFINITIONS_BUDGET = 4
-READY_STATES = (PodState.VERIFIED, PodState.AUDIT)
+READY_STATES = (PodState.VERIFIED, PodState.AUDIT, PodState.QUARANTINED)
+#: Withheld components listed in status.proxy.withheld (newest first).
+WITHHELD_LISTED = 20
 
 
 def now_iso() -> str:
@@ -56,6 +58,8 @@ class PodTrack:
     verdict: Verdict | None = None
     was_verified: bool = False
     stale: bool = False
+    #: The pod's last report came from a sidecar that runs the in-line proxy.
+    proxied: bool = False
     #: The condition (status, reason, message) last written, and those written before it: a watch
     #: event that arrives late shows one of those, which is no reason to write again.
     written: tuple[str, str, str] | None = None
@@ -70,6 +74,9 @@ class ResourceMemory:
     trusted: dict[str, Any] | None = None
     last_verification: str | None = None
     definitions_size: dict[str, int] = field(default_factory=dict)
+    #: Enforcement Quarantine: what the proxies withheld (newest first), and Services that bypass them.
+    withheld: list[dict[str, Any]] = field(default_factory=list)
+    bypassing: list[str] = field(default_factory=list)
 
 
 def build_status(policy: Policy, pods: Sequence[tuple[PodRecord, PodTrack | None]], memory: ResourceMemory,
@@ -84,8 +91,10 @@ def build_status(policy: Policy, pods: Sequence[tuple[PodRecord, PodTrack | None
         "approvedDigest": _approved_digest(policy, memory),
         "pods": {"total": len(pods), "ready": ready, **{state.value: counts[state] for state in PodState}},
         "observed": _observed(pods, memory, definitions_limit),
-        "conditions": _conditions(policy, phase, counts, len(pods), previous),
+        "conditions": _conditions(policy, phase, counts, len(pods), previous, memory.bypassing),
     }
+    if policy.enforcement is Enforcement.QUARANTINE or memory.withheld:
+        status["proxy"] = {"withheld": memory.withheld[:WITHHELD_LISTED], "bypassingServices": memory.bypassing}
     if memory.last_verification:
         status["lastVerificationTime"] = memory.last_verification
     if memory.trusted:
@@ -107,7 +116,7 @@ def _state(track: PodTrack | None) -> PodState:
 
 
 def _phase(policy: Policy, counts: Counter[PodState], total: int) -> str:
-    if counts[PodState.DRIFTED] or counts[PodState.AUDIT]:
+    if counts[PodState.DRIFTED] or counts[PodState.AUDIT] or counts[PodState.QUARANTINED]:
         return "Drifted"
     if policy.problems or any(counts[state] for state in (PodState.STALE, PodState.UNREACHABLE,
                                                           PodState.INVALID, PodState.CONFLICT)):
@@ -168,7 +177,7 @@ def _definitions_size(revision: Revision, memory: ResourceMemory) -> int:
 
 
 def _conditions(policy: Policy, phase: str, counts: Counter[PodState], total: int,
-                previous: Mapping[str, Any]) -> list[dict[str, Any]]:
+                previous: Mapping[str, Any], bypassing: Sequence[str] = ()) -> list[dict[str, Any]]:
     ready = sum(counts[state] for state in READY_STATES)
     pending = counts[PodState.PENDING]
     wanted = [
@@ -179,6 +188,12 @@ def _conditions(policy: Policy, phase: str, counts: Counter[PodState], total: in
         ("Stalled", "True" if policy.problems else "False", "InvalidSpec" if policy.problems else "SpecValid",
          "; ".join(policy.problems)[:1024] if policy.problems else "the spec is usable"),
     ]
+    if policy.enforcement is Enforcement.QUARANTINE:
+        wanted.append(("ProxyBypassed", "True" if bypassing else "False",
+                       "ServiceBypassesProxy" if bypassing else "AllServicesProxied",
+                       (f"Services that send traffic past the proxy (target a port other than lockstep-mcp): "
+                        f"{', '.join(bypassing)}")[:1024] if bypassing
+                       else "every Service that selects the pods targets the proxy port"))
     before = {condition.get("type"): condition for condition in previous.get("conditions") or []}
     conditions = []
     for type_, value, reason, message in wanted:

@@ -31,7 +31,7 @@ from lockstep.core.digest import ComponentDigest, InterfaceDigest, digest_interf
 from lockstep.core.errors import FormulaError, InterfaceError, MalformedInterfaceError
 from lockstep.core.model import DEFAULT_LIMITS, Interface, Limits
 
-__all__ = ["FailureReason", "Freshness", "Observation", "ReportError"]
+__all__ = ["FailureReason", "Freshness", "Observation", "ProxyReport", "ReportError", "WithheldComponent"]
 
 DEFAULT_VIEW = "default"
 
@@ -154,3 +154,69 @@ class Freshness:
         if not isinstance(boot_time, str) or not isinstance(sent_at, str):
             raise ReportError("a report needs bootTime and sentAt timestamps")
         return cls(boot_id, boot_time, sequence, sent_at)
+
+
+#: What a proxy may report it did with a component.
+PROXY_ACTIONS = frozenset({"withheld", "blocked", "audited", "refused-call"})
+PROXY_REASONS = frozenset({"Changed", "Unapproved", "Invalid"})
+MAX_PROXY_ENTRIES = 50
+
+
+@dataclass(frozen=True)
+class WithheldComponent:
+    """One component a pod's proxy kept from clients (or, in audit, let through), counted since the last report."""
+
+    component: str  # "tool/get_forecast"
+    reason: str
+    digest: str
+    action: str
+    client: str
+    count: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"component": self.component, "reason": self.reason, "digest": self.digest,
+                "action": self.action, "client": self.client, "count": self.count}
+
+
+@dataclass(frozen=True)
+class ProxyReport:
+    """The ``proxy`` section of a report: present when the sidecar runs the in-line proxy."""
+
+    withheld: tuple[WithheldComponent, ...] = ()
+    #: Entries the sidecar could not fit in this report (it keeps at most MAX_PROXY_ENTRIES).
+    dropped: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"proxy": {"withheld": [entry.to_dict() for entry in self.withheld], "dropped": self.dropped}}
+
+    @classmethod
+    def from_dict(cls, body: Any) -> ProxyReport | None:
+        """The proxy section of a report body (None when absent); ReportError for a malformed one."""
+        section = body.get("proxy") if isinstance(body, dict) else None
+        if section is None:
+            return None
+        entries = section.get("withheld") if isinstance(section, dict) else None
+        dropped = section.get("dropped", 0) if isinstance(section, dict) else None
+        if not isinstance(entries, list) or len(entries) > MAX_PROXY_ENTRIES:
+            raise ReportError(f"proxy.withheld must be a list of at most {MAX_PROXY_ENTRIES} entries")
+        if not _count(dropped):
+            raise ReportError("proxy.dropped must be a count")
+        return cls(tuple(_withheld(entry) for entry in entries), int(dropped or 0))
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**12
+
+
+def _withheld(entry: Any) -> WithheldComponent:
+    if not isinstance(entry, dict):
+        raise ReportError("a proxy.withheld entry must be an object")
+    texts = {name: entry.get(name) for name in ("component", "reason", "digest", "action", "client")}
+    if not all(isinstance(value, str) and len(value) <= 300 for value in texts.values()):
+        raise ReportError("a proxy.withheld entry needs component, reason, digest, action and client strings")
+    if texts["reason"] not in PROXY_REASONS or texts["action"] not in PROXY_ACTIONS:
+        raise ReportError(f"unknown proxy finding {texts['action']!r}/{texts['reason']!r}")
+    if not _count(entry.get("count")) or entry["count"] < 1:
+        raise ReportError("a proxy.withheld entry needs a count from 1")
+    return WithheldComponent(str(texts["component"]), str(texts["reason"]), str(texts["digest"]),
+                             str(texts["action"]), str(texts["client"]), int(entry["count"]))

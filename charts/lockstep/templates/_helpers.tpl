@@ -231,6 +231,10 @@ tests/chart/test_rbac.py derives the same list from operator/*.py.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["get", "list", "watch"]
+# Enforcement Quarantine: watch the Services, to report one that sends traffic past the proxy.
+- apiGroups: [""]
+  resources: ["services"]
+  verbs: ["list", "watch"]
 # Set the readiness condition lockstep.dev/interface-verified.
 - apiGroups: [""]
   resources: ["pods/status"]
