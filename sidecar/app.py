@@ -13,16 +13,24 @@ import httpx2
 from lockstep.sidecar.health import HealthServer
 from lockstep.sidecar.metrics import SidecarMetrics
 from lockstep.sidecar.prober import Prober
+from lockstep.sidecar.proxy import WithheldLog, gate_from_answer
 from lockstep.sidecar.reporter import Delivery, Reporter
 from lockstep.sidecar.settings import SidecarSettings
 
 from lockstep import reader
+from lockstep.core.gate import ComponentGate
+from lockstep.core.ignore import IgnoreRules
+from lockstep.proxy.app import ProxyApp, serve_proxy
+from lockstep.proxy.metrics import ProxyMetrics
+from lockstep.proxy.policy import Finding, Mode
 
 __all__ = ["RunningSidecar", "run_sidecar", "running_sidecar"]
 
 logger = logging.getLogger("lockstep.sidecar")
 
 REPORT_TIMEOUT = 10.0
+#: Seconds from the first withheld component to the report that tells the operator.
+WITHHELD_REPORT_DELAY = 1.0
 SHUTDOWN_TIMEOUT = 3.0
 
 
@@ -33,6 +41,8 @@ class RunningSidecar:
     health: HealthServer
     metrics: SidecarMetrics
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    #: Enforcement Quarantine: the in-line proxy in front of the MCP server.
+    proxy: ProxyApp | None = None
 
     def healthy(self) -> bool:
         return _alive(self.tasks)
@@ -50,14 +60,38 @@ async def running_sidecar(settings: SidecarSettings, *, host: str = "0.0.0.0",
     """Run a sidecar in the current event loop until the block exits."""
     metrics = SidecarMetrics()
     timeout = httpx2.Timeout(REPORT_TIMEOUT)
+    withheld = WithheldLog() if settings.proxy_port is not None else None
+    proxy: ProxyApp | None = None
+    prober_ref: list[Prober] = []
+
+    def delivered(delivery: Delivery) -> None:
+        if proxy is not None and delivery.approved is not None:
+            gate = gate_from_answer(delivery.approved)
+            if gate is not None:
+                proxy.policy.gate = gate
+        if on_delivered is not None:
+            on_delivered(delivery)
+
+    def found(finding: Finding) -> None:
+        assert withheld is not None
+        if withheld.add(finding) and prober_ref and prober_ref[0].last_observation is not None:
+            # Report soon (the reporter coalesces): the operator records what was withheld.
+            asyncio.get_running_loop().call_later(WITHHELD_REPORT_DELAY, reporter.resubmit)
+
     async with httpx2.AsyncClient(verify=settings.ssl_context(), timeout=timeout, trust_env=False) as client:
         reporter = Reporter(settings.report_url, settings.token_path, client, metrics,
-                            max_backoff=max_report_backoff, on_delivered=on_delivered)
+                            max_backoff=max_report_backoff, on_delivered=delivered, withheld=withheld)
         prober = Prober(settings, reporter.submit, metrics, connect=connect)
+        prober_ref.append(prober)
+        if settings.proxy_port is not None:
+            # Empty until the operator answers the first report: everything is withheld (fail closed).
+            proxy = ProxyApp(settings.mcp_url, ComponentGate({}, IgnoreRules()), Mode.QUARANTINE, on_finding=found,
+                             metrics=ProxyMetrics(metrics.registry))
         tasks: list[asyncio.Task[None]] = []
         health = HealthServer(metrics.registry, lambda: _alive(tasks), host=host, port=settings.port)
-        sidecar = RunningSidecar(prober, reporter, health, metrics, tasks)
+        sidecar = RunningSidecar(prober, reporter, health, metrics, tasks, proxy)
         await health.start()
+        proxy_runner = await serve_proxy(proxy, host, settings.proxy_port) if proxy and settings.proxy_port else None
         tasks += [asyncio.create_task(reporter.run(), name="lockstep-reporter"),
                   asyncio.create_task(prober.run(), name="lockstep-prober")]
         try:
@@ -67,13 +101,16 @@ async def running_sidecar(settings: SidecarSettings, *, host: str = "0.0.0.0",
                 task.cancel()
             # Bounded: closing the MCP session politely must not hold the pod's termination.
             await asyncio.wait(sidecar.tasks, timeout=SHUTDOWN_TIMEOUT)
+            if proxy_runner is not None:
+                await proxy_runner.cleanup()
             await sidecar.health.stop()
 
 
 async def run_sidecar(settings: SidecarSettings, stop: asyncio.Event) -> None:
     """Run until ``stop`` is set (SIGTERM)."""
-    logger.info("Lockstep sidecar: probing %s (%s) every %gs, reporting to %s",
-                settings.mcp_url, settings.transport, settings.interval, settings.report_url)
+    logger.info("Lockstep sidecar: probing %s (%s) every %gs, reporting to %s%s",
+                settings.mcp_url, settings.transport, settings.interval, settings.report_url,
+                f"; in-line proxy on port {settings.proxy_port}" if settings.proxy_port else "")
     async with running_sidecar(settings):
         await stop.wait()
 

@@ -23,8 +23,9 @@ from typing import Any
 
 import httpx2
 from lockstep.sidecar.metrics import SidecarMetrics
+from lockstep.sidecar.proxy import WithheldLog
 
-from lockstep.core.report import Freshness, Observation
+from lockstep.core.report import Freshness, Observation, ProxyReport
 
 __all__ = ["Delivery", "Reporter"]
 
@@ -44,6 +45,8 @@ class Delivery:
     observation: Observation
     status: int
     verdict: dict[str, Any] | None
+    #: In proxy mode: the approved components the operator answered with (the proxy's gate).
+    approved: dict[str, Any] | None = None
 
 
 class TokenUnavailableError(OSError):
@@ -53,10 +56,12 @@ class TokenUnavailableError(OSError):
 class Reporter:
     def __init__(self, url: str, token_path: Path, client: httpx2.AsyncClient, metrics: SidecarMetrics, *,
                  min_backoff: float = 0.5, max_backoff: float = 30.0,
-                 on_delivered: Callable[[Delivery], None] | None = None) -> None:
+                 on_delivered: Callable[[Delivery], None] | None = None,
+                 withheld: WithheldLog | None = None) -> None:
         self._url, self._token_path, self._client, self._metrics = url, token_path, client, metrics
         self._min_backoff, self._max_backoff = min_backoff, max_backoff
         self._on_delivered = on_delivered
+        self._withheld = withheld  # proxy mode: every report carries a proxy section
         self._pending: Observation | None = None
         self._wake = asyncio.Event()
         self.last_delivery: Delivery | None = None
@@ -64,6 +69,11 @@ class Reporter:
         # that the operator can refuse a report it has seen (or an older one) sent again.
         self.boot_id, self.boot_time = secrets.token_hex(16), _utc_now()
         self._sequence = itertools.count()
+
+    def resubmit(self) -> None:
+        """Send the last observation again (with what the proxy withheld since), unless one is waiting."""
+        if self._pending is None and self.last_delivery is not None:
+            self.submit(self.last_delivery.observation)
 
     def submit(self, observation: Observation) -> None:
         """Queue ``observation`` for delivery, replacing one that has not been sent yet."""
@@ -101,28 +111,38 @@ class Reporter:
 
     async def _attempt(self, observation: Observation) -> float | None:
         """Send once; None when done (accepted, or refused for good), else the least seconds to wait."""
+        proxy = self._withheld.drain() if self._withheld is not None else None
         try:
             freshness = Freshness(self.boot_id, self.boot_time, next(self._sequence), _utc_now())
-            response = await self._client.post(
-                self._url, json={**observation.to_dict(), **freshness.to_dict()},
-                headers={"Authorization": f"Bearer {self._read_token()}"})
+            body = {**observation.to_dict(), **freshness.to_dict(), **(proxy.to_dict() if proxy else {})}
+            response = await self._client.post(self._url, json=body,
+                                               headers={"Authorization": f"Bearer {self._read_token()}"})
         except (httpx2.HTTPError, OSError) as error:
             self._metrics.reports.labels("failed").inc()
             logger.warning("Report not delivered, will retry: %s", _one_line(error))
+            self._put_back(proxy)
             return 0.0
         if response.status_code in RETRIED_STATUSES:
             self._metrics.reports.labels("failed").inc()
             logger.warning("Operator answered %s, will retry", response.status_code)
+            self._put_back(proxy)
             return _retry_after(response)
         accepted = 200 <= response.status_code < 300
         self._metrics.reports.labels("accepted" if accepted else "rejected").inc()
-        verdict = _verdict(response) if accepted else None
+        answer = _answer(response) if accepted else {}
         if not accepted:
             logger.error("Operator refused the report: %s %s", response.status_code, _one_line(response.text))
-        self.last_delivery = Delivery(observation, response.status_code, verdict)
+            if response.status_code in RETRIED_REJECTIONS:
+                self._put_back(proxy)
+        self.last_delivery = Delivery(observation, response.status_code, _object(answer.get("verdict")),
+                                      _object(answer.get("approved")))
         if self._on_delivered is not None:
             self._on_delivered(self.last_delivery)
         return _retry_after(response) if response.status_code in RETRIED_REJECTIONS else None
+
+    def _put_back(self, proxy: ProxyReport | None) -> None:
+        if proxy is not None and self._withheld is not None:
+            self._withheld.restore(proxy)
 
     def _read_token(self) -> str:
         try:
@@ -145,13 +165,16 @@ def _retry_after(response: httpx2.Response) -> float:
         return 0.0
 
 
-def _verdict(response: httpx2.Response) -> dict[str, Any] | None:
+def _answer(response: httpx2.Response) -> dict[str, Any]:
     try:
         body = response.json()
     except ValueError:
-        return None
-    verdict = body.get("verdict") if isinstance(body, dict) else None
-    return verdict if isinstance(verdict, dict) else None
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _object(value: Any) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
 
 
 def _one_line(value: object, limit: int = 200) -> str:

@@ -34,6 +34,8 @@ class SidecarSettings:
     operator_ca: str
     headers_dir: Path | None
     port: int
+    #: Enforcement Quarantine: the in-line proxy's port (``lockstep-mcp``); None runs the probe only.
+    proxy_port: int | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> SidecarSettings:
@@ -58,6 +60,7 @@ class SidecarSettings:
             operator_ca=env.get("LOCKSTEP_OPERATOR_CA", ""),
             headers_dir=Path(headers_dir) if headers_dir else None,
             port=int(_number(env, "LOCKSTEP_SIDECAR_PORT", 9090)),
+            proxy_port=_proxy_port(env),
         )
 
     @property
@@ -79,6 +82,15 @@ class SidecarSettings:
             return {}
         return {entry.name: entry.read_text().strip() for entry in sorted(self.headers_dir.iterdir())
                 if entry.is_file() and not entry.name.startswith(".")}
+
+
+def _proxy_port(env: Mapping[str, str]) -> int | None:
+    if not env.get("LOCKSTEP_PROXY_PORT"):
+        return None
+    port = _number(env, "LOCKSTEP_PROXY_PORT", 0)
+    if port != int(port) or not 0 < port < 65536:
+        raise SettingsError(f"LOCKSTEP_PROXY_PORT must be a port number, not {env['LOCKSTEP_PROXY_PORT']!r}")
+    return int(port)
 
 
 def _number(env: Mapping[str, str], name: str, default: float) -> float:

@@ -31,7 +31,15 @@ from lockstep.core.digest import ComponentDigest, InterfaceDigest, digest_interf
 from lockstep.core.errors import FormulaError, InterfaceError, MalformedInterfaceError
 from lockstep.core.model import DEFAULT_LIMITS, Interface, Limits
 
-__all__ = ["FailureReason", "Freshness", "Observation", "ProxyReport", "ReportError", "WithheldComponent"]
+__all__ = [
+    "MAX_PROXY_ENTRIES",
+    "FailureReason",
+    "Freshness",
+    "Observation",
+    "ProxyReport",
+    "ReportError",
+    "WithheldComponent",
+]
 
 DEFAULT_VIEW = "default"
 

@@ -135,6 +135,8 @@ class OperatorStandIn:
     reports: list[Report] = field(default_factory=list)
     answers: list[int] = field(default_factory=list)
     refused: int = 0
+    #: Sent as ``approved`` in every answer, as the operator does to a sidecar in proxy mode.
+    approved: dict[str, Any] | None = None
 
     def app(self) -> FastAPI:
         app = FastAPI()
@@ -147,7 +149,10 @@ class OperatorStandIn:
                 return JSONResponse({"error": "injected"}, status_code=status, headers={"Retry-After": "0"})
             self.reports.append(Report(time.monotonic(), request.headers.get("authorization", ""),
                                        await request.json()))
-            return JSONResponse({"verdict": {"status": "True", "reason": "Verified"}}, status_code=202)
+            answer: dict[str, Any] = {"verdict": {"status": "True", "reason": "Verified"}}
+            if self.approved is not None:
+                answer["approved"] = self.approved
+            return JSONResponse(answer, status_code=202)
 
         return app
 

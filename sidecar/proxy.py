@@ -1,0 +1,75 @@
+"""The sidecar's in-line proxy (enforcement Quarantine): the product's ``lockstep proxy`` in front of the
+MCP server in this pod, with the operator as the source of what is approved.
+
+The gate starts empty, so until the operator's first answer every component is withheld (fail
+closed). Each report's answer carries every approved component digest (and the ignore rules); the
+gate is replaced with it. What the proxy withholds is counted here and sent with the next report.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from lockstep.core.errors import LockstepError
+from lockstep.core.gate import ComponentGate
+from lockstep.core.ignore import parse_ignore_rules
+from lockstep.core.model import ComponentKind
+from lockstep.core.report import MAX_PROXY_ENTRIES, ProxyReport, WithheldComponent
+from lockstep.proxy.policy import Finding
+
+__all__ = ["WithheldLog", "gate_from_answer"]
+
+logger = logging.getLogger("lockstep.sidecar")
+
+_Key = tuple[str, str, str, str, str]  # component, reason, digest, action, client
+
+
+class WithheldLog:
+    """Findings counted since the last delivered report; a failed delivery puts them back."""
+
+    def __init__(self) -> None:
+        self._counts: dict[_Key, int] = {}
+        self._dropped = 0
+
+    def add(self, finding: Finding) -> bool:
+        """Count one finding; True when it is the first since the last report (time to send one)."""
+        first = not self._counts
+        verdict = finding.verdict
+        key = (verdict.ref, verdict.reason.value, verdict.digest, finding.action, finding.client)
+        if key in self._counts or len(self._counts) < MAX_PROXY_ENTRIES:
+            self._counts[key] = self._counts.get(key, 0) + 1
+        else:
+            self._dropped += 1
+        return first
+
+    def drain(self) -> ProxyReport:
+        report = ProxyReport(tuple(WithheldComponent(*key, count) for key, count in self._counts.items()),
+                             self._dropped)
+        self._counts, self._dropped = {}, 0
+        return report
+
+    def restore(self, report: ProxyReport) -> None:
+        for entry in report.withheld:
+            key = (entry.component, entry.reason, entry.digest, entry.action, entry.client)
+            if key in self._counts or len(self._counts) < MAX_PROXY_ENTRIES:
+                self._counts[key] = self._counts.get(key, 0) + entry.count
+            else:
+                self._dropped += entry.count
+        self._dropped += report.dropped
+
+
+def gate_from_answer(approved: Mapping[str, Any]) -> ComponentGate | None:
+    """The gate the operator's answer describes; None (keep the current one) when it is malformed."""
+    try:
+        components = approved["components"]
+        digests: dict[tuple[ComponentKind, str], set[str]] = {}
+        for entry in components:
+            kind, name, digest = ComponentKind(entry["kind"]), str(entry["name"]), str(entry["digest"])
+            digests.setdefault((kind, name), set()).add(digest)
+        ignore = parse_ignore_rules([str(pointer) for pointer in approved.get("ignore") or []])
+    except (KeyError, TypeError, ValueError, LockstepError) as error:
+        logger.error("The operator's list of approved components is unusable, keeping the last one: %s", error)
+        return None
+    return ComponentGate({key: frozenset(value) for key, value in digests.items()}, ignore)
