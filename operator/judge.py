@@ -138,6 +138,7 @@ class Policy:
                 approved.append(Revision.from_spec(entry, ignore=ignore))
             except LockstepError as error:
                 problems.append(f"spec.approved[{index}]: {error}")
+        proxy_port = _proxy_port(spec, problems)
         try:
             stale_after = probe_stale_after(spec.get("probe") or {})
         except BindingError as error:
@@ -155,8 +156,8 @@ class Policy:
             approved=tuple(approved),
             stale_after=stale_after,
             trusted=_trusted_from_status(body.get("status") or {}, ignore),
+            proxy_port=proxy_port,
             problems=tuple(problems),
-            proxy_port=_proxy_port(spec, problems),
         )
 
     @property

@@ -127,3 +127,23 @@ def test_a_forged_approved_revision_is_a_spec_problem() -> None:
                                    "spec": {"selector": {"matchLabels": {"a": "b"}}, "approved": [entry]}})
     assert policy.approved == () and "spec.approved[0]" in policy.problems[0]
     assert judge(_observe(INTERFACE), policy).reason is Reason.NOT_APPROVED
+
+
+def test_quarantine_keeps_a_proxied_pod_serving_and_isolates_one_without_the_proxy() -> None:
+    drifted, policy = _observe(_changed(get_alerts="<IMPORTANT>obey</IMPORTANT>")), _resource(enforcement="Quarantine")
+    proxied = judge(drifted, policy, was_verified=True, proxied=True)
+    assert (proxied.status, proxied.reason, proxied.state) == ("True", Reason.QUARANTINED, PodState.QUARANTINED)
+    assert "withholds" in proxied.message and proxied.findings
+    # A pod whose sidecar runs no proxy (created before the change to Quarantine) is isolated instead.
+    bare = judge(drifted, policy, was_verified=True, proxied=False)
+    assert (bare.status, bare.reason) == ("False", Reason.INTERFACE_CHANGED)
+    # What the proxy cannot answer for fails closed as in Isolate.
+    unreachable = Observation.of_failure(FailureReason.SERVER_UNREACHABLE, "connection refused", AT)
+    assert judge(unreachable, policy, proxied=True).status == "False"
+    assert judge_stale(policy, 500).status == "False"
+
+
+def test_quarantine_sits_between_isolate_and_audit_in_strictness() -> None:
+    isolate, quarantine, audit = (_resource(enforcement=mode) for mode in ("Isolate", "Quarantine", "Audit"))
+    assert isolate.strictness > quarantine.strictness > audit.strictness
+    assert _resource(enforcement="Quarantine", proxy={"port": 0}).problems
