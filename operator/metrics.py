@@ -57,6 +57,10 @@ class Metrics:
             "Components the pods' in-line proxies kept from clients (enforcement Quarantine), by component kind, "
             "reason, action and client (clientInfo name; at most 10 per resource, then other).",
             ["namespace", "interface", "component_kind", "reason", "action", "client"], registry=self.registry)
+        self.proxy_bypassing = Gauge(
+            "lockstep_proxy_bypassing_services",
+            "Service ports that select the pods of an enforcement Quarantine resource but target a port other "
+            "than the proxy's (lockstep-mcp).", ["namespace", "interface"], registry=self.registry)
         self._finding_labels: dict[tuple[str, str], set[tuple[str, str, str]]] = {}
         self._clients: dict[tuple[str, str], set[str]] = {}
 
@@ -87,6 +91,7 @@ class Metrics:
             _remove(self.pods, namespace, interface, state.value)
         self.set_findings(namespace, interface, {})
         _remove(self.last_verification, namespace, interface)
+        _remove(self.proxy_bypassing, namespace, interface)
 
     async def serve(self, request: web.Request) -> web.Response:
         return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})

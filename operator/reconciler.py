@@ -436,6 +436,7 @@ class Reconciler:
                                        f"Service port {service} sends traffic past the proxy: target the port "
                                        f"{PROXY_PORT_NAME} ({policy.proxy_port}) instead")
             memory.bypassing = bypassing
+            self.metrics.proxy_bypassing.labels(policy.namespace, policy.name).set(len(bypassing))
         previous = self._written.get(record.key) or record.status
         status = build_status(policy, pods, memory, previous, definitions_limit=self.config.status_definitions_limit)
         revisions = {track.verdict.revision.aggregate: track.verdict.revision for _, track in pods

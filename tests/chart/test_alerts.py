@@ -40,7 +40,7 @@ def runbook_anchors() -> set[str]:
 
 def test_every_alert_is_complete_and_links_to_its_runbook_section(rules: list[dict[str, Any]]) -> None:
     anchors = runbook_anchors()
-    assert len(rules) == 6
+    assert len(rules) == 7
     for rule in rules:
         name = rule["alert"]
         assert rule["labels"]["severity"] in ("warning", "critical"), name
@@ -106,6 +106,9 @@ def test_alerts_fire_on_drift_isolation_staleness_refusals_and_outage_and_not_be
          "values": "0+10x34"},
         {"series": 'lockstep_webhook_requests_total{webhook="mutate", outcome="refused", instance="a"}',
          "values": "0x15 0+5x19"},
+        # A quarantined interface gets a Service that bypasses its proxy at minute 10.
+        {"series": 'lockstep_proxy_bypassing_services{namespace="agents", interface="weather", instance="a"}',
+         "values": "0x9 1x25"},
     ]
     ops = {"LockstepInterfaceDrifted": by_name["LockstepInterfaceDrifted"],
            "LockstepPodIsolated": by_name["LockstepPodIsolated"]}
@@ -123,6 +126,9 @@ def test_alerts_fire_on_drift_isolation_staleness_refusals_and_outage_and_not_be
         {"eval_time": "18m", "alertname": "LockstepOperatorDown", "exp_alerts": []},
         {"eval_time": "21m", "alertname": "LockstepOperatorDown",
          "exp_alerts": [_expected(by_name["LockstepOperatorDown"], {}, "1")]},
+        {"eval_time": "14m", "alertname": "LockstepProxyBypassed", "exp_alerts": []},
+        {"eval_time": "16m", "alertname": "LockstepProxyBypassed",
+         "exp_alerts": [_expected(by_name["LockstepProxyBypassed"], weather, "1")]},
         {"eval_time": "18m", "alertname": "LockstepWebhookErrors", "exp_alerts": []},
         {"eval_time": "24m", "alertname": "LockstepWebhookErrors",
          "exp_alerts": [_expected(by_name["LockstepWebhookErrors"], {"webhook": "mutate"}, "33.33%")]},

@@ -138,6 +138,20 @@ def panels() -> list[dict[str, Any]]:
               transformations=[{"id": "organize", "options": {
                   "excludeByName": {"Time": True},
                   "renameByName": {"Value": "findings"}}}]),
+        panel("timeseries", "Components withheld by the in-line proxy",
+              "Enforcement Quarantine: components the pods' proxies kept from clients (or, in audit, let "
+              "through), per second, by interface, component kind, reason and client. A client that keeps "
+              "being refused is an agent the server tried to poison.", "reqps",
+              [target(f"sum by (namespace, interface, component_kind, reason, client) "
+                      f"(rate(lockstep_proxy_withheld_total{{{SCOPE}}}[$__rate_interval])) > 0",
+                      "{{namespace}}/{{interface}} {{component_kind}} {{reason}} {{client}}")],
+              (0, 36, 12, 8)),
+        panel("timeseries", "Services past the proxy",
+              "Service ports that select the pods of an enforcement Quarantine interface but target a port "
+              "other than lockstep-mcp: their clients are not checked.", "none",
+              [target(f"max by (namespace, interface) (lockstep_proxy_bypassing_services{{{SCOPE}}}) > 0",
+                      "{{namespace}}/{{interface}}")],
+              (12, 36, 12, 8)),
     ]
     for number, item in enumerate(items, start=1):
         item["id"] = number
