@@ -63,8 +63,9 @@ _LIST_KINDS = {kind.list_key: kind for kind in
 UNKNOWN_COMPONENT_CODE = -32602
 #: JSON-RPC error (implementation-defined range) for a response refused in ``block`` mode.
 REFUSED_CODE = -32050
-#: Callers remembered (least recently seen are forgotten first).
+#: Callers remembered (least recently seen are forgotten first), and components per caller.
 MAX_PRINCIPALS = 4096
+MAX_COMPONENTS_PER_VIEW = 20_000
 
 
 class Mode(str, enum.Enum):
@@ -108,6 +109,13 @@ class _View:
 
     verdicts: dict[tuple[ComponentKind, str], Verdict] = field(default_factory=dict)
 
+    def remember(self, verdict: Verdict) -> None:
+        key = (verdict.kind, verdict.key)
+        self.verdicts.pop(key, None)
+        self.verdicts[key] = verdict
+        if len(self.verdicts) > MAX_COMPONENTS_PER_VIEW:  # a server listing endless names: forget the oldest
+            del self.verdicts[next(iter(self.verdicts))]
+
 
 class InterfacePolicy:
     def __init__(self, gate: ComponentGate, mode: Mode = Mode.QUARANTINE,
@@ -136,7 +144,7 @@ class InterfacePolicy:
         view = self._view(principal)
         refused = []
         for _, _, verdict in judged:
-            view.verdicts[(verdict.kind, verdict.key)] = verdict
+            view.remember(verdict)
             if not verdict.approved:
                 refused.append(verdict)
         if not refused:
