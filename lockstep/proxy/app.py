@@ -77,6 +77,11 @@ class _Exchange:
     legacy_session: str = ""
 
     @property
+    def asks_interface(self) -> bool:
+        """Whether a request of this exchange is an interface read (``tools/list``, ``initialize``...)."""
+        return any(method in INTERFACE_METHODS for method in self.methods.values())
+
+    @property
     def bears_interface(self) -> bool:
         """Whether an answer in this exchange may carry interface (unknown counts as yes)."""
         return not self.methods or any(method in INTERFACE_METHODS for method in self.methods.values())
@@ -268,6 +273,9 @@ class ProxyApp:
                 return await self._json(request, upstream, exchange)
             if content_type.startswith("text/event-stream"):
                 return await self._events(request, upstream, exchange)
+            if exchange.asks_interface and upstream.status == 200:
+                # An interface read answered as something the proxy does not judge: a client may parse it.
+                return self._refuse_unjudged(exchange, f"an answer of Content-Type {content_type[:60]!r}")
             return await self._passthrough(request, upstream)
 
     async def _json(self, request: web.Request, upstream: aiohttp.ClientResponse,
@@ -278,14 +286,13 @@ class ProxyApp:
                 return self._refuse_unjudged(exchange, f"an answer larger than {self.max_body} bytes")
             return await self._passthrough(request, upstream, head=body)  # a call's large result
         try:
-            message = json.loads(body)
+            replacement = self._judge_text(body, exchange)
         except ValueError:
             if exchange.bears_interface and exchange.methods:
                 return self._refuse_unjudged(exchange, "an answer that is not JSON")
-            message = None
-        replacement = self._filter(message, exchange)
+            replacement = None
         if replacement is not None:
-            body = json.dumps(replacement, ensure_ascii=False).encode()
+            body = replacement.encode()
         response = web.Response(status=upstream.status, reason=upstream.reason, body=body)
         _copy_headers(upstream, response)
         return response
@@ -337,17 +344,34 @@ class ProxyApp:
         return legacy, raw
 
     def _event(self, event: SseEvent, exchange: _Exchange) -> bytes:
+        """One event as it goes on. Every event type is judged (a client might read any), but ``endpoint``."""
         raw = event.raw
-        if event.data is None or event.event != "message":
+        if event.data is None or event.event == "endpoint":
             return raw
         try:
-            message = json.loads(event.data)
+            replacement = self._judge_text(event.data, exchange)
         except ValueError:
-            return raw
+            return raw  # not JSON: not a message any client takes
+        return raw if replacement is None else replace_data(raw, replacement)
+
+    def _judge_text(self, text: str | bytes, exchange: _Exchange) -> str | None:
+        """The JSON text to send instead of ``text`` (None: unchanged); ValueError when it is not JSON.
+
+        Where an answer may bear interface, a key given twice is refused: parsers disagree on which
+        one wins, so the proxy could judge one value and the client read the other."""
+        strict = exchange.asks_interface or isinstance(exchange.methods, _Pending) or not exchange.methods
+        try:
+            message = json.loads(text, object_pairs_hook=_unique_keys if strict else None)
+        except _DuplicateKeyError as duplicate:
+            message = json.loads(text)
+            if not (isinstance(message, dict) and "result" in message):
+                return None  # a request or notification: not interface
+            self.metrics.unjudged.inc()
+            return json.dumps({"jsonrpc": "2.0", "id": message.get("id"), "error": {
+                "code": REFUSED_CODE, "message": f"lockstep: refused an answer with the key {duplicate} twice: "
+                                                 "it cannot be checked"}})
         replacement = self._filter(message, exchange)
-        if replacement is None:
-            return raw
-        return replace_data(raw, json.dumps(replacement, ensure_ascii=False))
+        return None if replacement is None else json.dumps(replacement, ensure_ascii=False)
 
     def _filter(self, message: Any, exchange: _Exchange) -> Any | None:
         if not isinstance(message, dict):
@@ -396,6 +420,19 @@ def _copy_headers(upstream: aiohttp.ClientResponse, response: web.StreamResponse
     for name, value in upstream.headers.items():
         if name.lower() not in _RESPONSE_DROPPED:
             response.headers.add(name, value)
+
+
+class _DuplicateKeyError(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        seen: set[str] = set()
+        duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
+        raise _DuplicateKeyError(repr(duplicate))
+    return result
 
 
 def _jsonrpc_response(message: Any, status: int = 200) -> web.Response:

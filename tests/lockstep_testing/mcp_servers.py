@@ -566,6 +566,10 @@ class HostileServer:
     status: int = 200
     http_requests: list[dict[str, str]] = field(default_factory=list)
     methods: list[str] = field(default_factory=list)
+    #: Content-Type of every answer (a list served as text/plain, say).
+    content_type: str = "application/json"
+    #: Answer as an event stream, with this event type (``message`` is the one MCP uses).
+    sse_event: str | None = None
 
     def asgi_app(self, transport: Transport) -> tuple[ASGIApp, str]:
         if transport != "streamable-http":
@@ -588,7 +592,11 @@ class HostileServer:
         if delay := self.delay.get(method):
             await asyncio.sleep(delay)
         body = self._response(message["id"], method, message.get("params"))
-        return Response(body, media_type="application/json", headers={"mcp-session-id": "hostile-session"})
+        headers = {"mcp-session-id": "hostile-session"}
+        if self.sse_event is not None:
+            return Response(b"event: " + self.sse_event.encode() + b"\ndata: " + body + b"\n\n",
+                            media_type="text/event-stream", headers=headers)
+        return Response(body, media_type=self.content_type, headers=headers)
 
     def _response(self, request_id: Any, method: str, params: JSONDict | None) -> bytes:
         envelope = b'{"jsonrpc": "2.0", "id": ' + json.dumps(request_id).encode()

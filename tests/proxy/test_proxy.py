@@ -286,3 +286,49 @@ async def test_a_batch_is_refused_before_it_reaches_the_server() -> None:
                                          headers={"Accept": "application/json, text/event-stream"})
     assert response.status_code == 400 and "batches are refused" in response.json()["error"]["message"]
     assert server.tool_calls == []
+
+
+# ---------------------------------------------------------------- parser and framing tricks
+
+
+def _list_server(**options: Any) -> HostileServer:
+    return HostileServer(answers={"tools/list": {"tools": [{"name": "tool_0", "description": POISON,
+                                                           "inputSchema": {"type": "object"}}]}}, **options)
+
+
+async def _raw_list(url: str) -> Any:
+    import httpx2
+
+    async with httpx2.AsyncClient() as client:
+        response = await client.post(url, json={"jsonrpc": "2.0", "id": 7, "method": "tools/list"},
+                                     headers={"Accept": "application/json, text/event-stream"})
+    return response
+
+
+async def test_a_list_answered_as_plain_text_is_refused() -> None:
+    async with serve_mcp(_list_server(content_type="text/plain")) as upstream, \
+            running_proxy(upstream, []) as proxy:
+        response = await _raw_list(proxy.url)
+    assert POISON not in response.text and response.json()["error"]["code"] == REFUSED_CODE
+    assert "Content-Type 'text/plain" in response.json()["error"]["message"]
+
+
+async def test_a_list_in_an_event_of_another_type_is_judged_too() -> None:
+    async with serve_mcp(_list_server(sse_event="notmessage")) as upstream, \
+            running_proxy(upstream, []) as proxy:
+        response = await _raw_list(proxy.url)
+    assert POISON not in response.text and "event: notmessage" in response.text
+    assert '"tools": []' in response.text
+
+
+async def test_a_key_given_twice_is_refused_whichever_one_a_client_reads() -> None:
+    clean = json.dumps({"name": "tool_0", "inputSchema": {"type": "object"}})
+    dirty = json.dumps({"name": "tool_0", "description": POISON, "inputSchema": {"type": "object"}})
+    server = HostileServer(answers={"tools/list": f'{{"tools": [{dirty}], "tools": [{clean}]}}'})
+    approved = {"tools": [json.loads(clean)]}
+    from lockstep.core.model import Interface
+
+    async with serve_mcp(server) as upstream, running_proxy(upstream, [Interface.from_document(approved)]) as proxy:
+        response = await _raw_list(proxy.url)
+    assert POISON not in response.text and response.json()["error"]["code"] == REFUSED_CODE
+    assert "the key 'tools' twice" in response.json()["error"]["message"]
