@@ -45,6 +45,7 @@ __all__ = [
     "probe_interval",
     "probe_stale_after",
     "probe_timeout",
+    "proxy_port",
     "selector_matches",
 ]
 
@@ -121,7 +122,7 @@ class Binding:
             interval_seconds=probe_interval(probe),
             timeout_seconds=probe_timeout(probe),
             headers_secret=headers.get("secretName") if isinstance(headers, Mapping) else None,
-            proxy_port=_proxy_port(spec) if spec.get("enforcement") == "Quarantine" else None,
+            proxy_port=proxy_port(spec) if spec.get("enforcement") == "Quarantine" else None,
         )
 
 
@@ -230,7 +231,8 @@ def _token_volume(settings: SidecarSettings) -> dict[str, Any]:
                                                 "defaultMode": 0o440}}
 
 
-def _proxy_port(spec: Mapping[str, Any]) -> int:
+def proxy_port(spec: Mapping[str, Any]) -> int:
+    """``spec.proxy.port`` of an MCPServerInterface (enforcement Quarantine), or its default."""
     port = (spec.get("proxy") or {}).get("port", DEFAULT_PROXY_PORT)
     if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
         raise BindingError(f"spec.proxy.port {port!r} is not a port number")

@@ -16,6 +16,7 @@ from lockstep.operator.injection import (
     DEFAULT_STALE_AFTER,
     BindingError,
     probe_stale_after,
+    proxy_port,
 )
 
 from lockstep.core import Interface, InterfaceError, LockstepError
@@ -180,11 +181,11 @@ QUARANTINED_REASONS = frozenset({Reason.INTERFACE_CHANGED, Reason.NOT_APPROVED})
 
 
 def _proxy_port(spec: Mapping[str, Any], problems: list[str]) -> int:
-    port = (spec.get("proxy") or {}).get("port", DEFAULT_PROXY_PORT)
-    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
-        problems.append(f"spec.proxy.port: {port!r} is not a port number")
+    try:
+        return proxy_port(spec)
+    except BindingError as error:
+        problems.append(str(error))
         return DEFAULT_PROXY_PORT
-    return port
 
 
 def _enum(kind: type[enum.Enum], value: Any, default: Any, problems: list[str]) -> Any:

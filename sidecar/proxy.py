@@ -37,11 +37,7 @@ class WithheldLog:
         """Count one finding; True when it is the first since the last report (time to send one)."""
         first = not self._counts
         verdict = finding.verdict
-        key = (verdict.ref, verdict.reason.value, verdict.digest, finding.action, finding.client)
-        if key in self._counts or len(self._counts) < MAX_PROXY_ENTRIES:
-            self._counts[key] = self._counts.get(key, 0) + 1
-        else:
-            self._dropped += 1
+        self._count((verdict.ref, verdict.reason.value, verdict.digest, finding.action, finding.client), 1)
         return first
 
     def drain(self) -> ProxyReport:
@@ -52,12 +48,14 @@ class WithheldLog:
 
     def restore(self, report: ProxyReport) -> None:
         for entry in report.withheld:
-            key = (entry.component, entry.reason, entry.digest, entry.action, entry.client)
-            if key in self._counts or len(self._counts) < MAX_PROXY_ENTRIES:
-                self._counts[key] = self._counts.get(key, 0) + entry.count
-            else:
-                self._dropped += entry.count
+            self._count((entry.component, entry.reason, entry.digest, entry.action, entry.client), entry.count)
         self._dropped += report.dropped
+
+    def _count(self, key: _Key, count: int) -> None:
+        if key in self._counts or len(self._counts) < MAX_PROXY_ENTRIES:
+            self._counts[key] = self._counts.get(key, 0) + count
+        else:
+            self._dropped += count  # a report holds at most MAX_PROXY_ENTRIES entries
 
 
 def gate_from_answer(approved: Mapping[str, Any]) -> ComponentGate | None:
