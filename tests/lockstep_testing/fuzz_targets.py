@@ -110,9 +110,48 @@ def _pod_typed(value: Any) -> bool:
     return True
 
 
+def proxy_policy(value: Any) -> None:
+    """The proxy's judgement of any answer: it never raises, and in quarantine what it lets through holds
+    only approved components (the value is tried as the result of a tools/list and of an unknown method)."""
+    from lockstep.core.gate import ComponentGate
+    from lockstep.core.model import ComponentKind
+    from lockstep.core.revision import Revision
+    from lockstep.proxy.policy import InterfacePolicy
+
+    approved = Interface.from_document({"instructions": "Weather.", "tools": [{"name": "name", "inputSchema": {}}]})
+    gate = ComponentGate.of([Revision.of(approved)])
+    policy = InterfacePolicy(gate)
+    for method in ("tools/list", "initialize", None):
+        message = {"jsonrpc": "2.0", "id": 1, "result": value}
+        out = _expect((), lambda m=message, k=method: policy.filter_response(m, k, "p", "c"), "filter_response")
+        sent = message if out is None else out
+        result = sent.get("result")
+        if not isinstance(result, dict):
+            continue
+        for list_key, kind in (("tools", ComponentKind.TOOL), ("prompts", ComponentKind.PROMPT),
+                               ("resources", ComponentKind.RESOURCE),
+                               ("resourceTemplates", ComponentKind.RESOURCE_TEMPLATE)):
+            items = result.get(list_key)
+            if isinstance(items, list) and not all(gate.check(kind, item).approved for item in items):
+                raise Crash(f"quarantine let an unapproved {kind.value} through: {str(items)[:200]}")
+        instructions = result.get("instructions")
+        if (method == "initialize" or "capabilities" in result) and isinstance(instructions, str) \
+                and not gate.check(ComponentKind.INSTRUCTIONS, instructions).approved:
+            raise Crash("quarantine let unapproved instructions through")
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": value}
+    _expect((), lambda: policy.decide_call(call, "p", "c"), "decide_call")
+
+
+def proxy_report(value: Any) -> None:
+    from lockstep.core.report import ProxyReport
+
+    _expect((LockstepError,), lambda: ProxyReport.from_dict({"proxy": value}), "ProxyReport.from_dict")
+
+
 VALUE_TARGETS: dict[str, Callable[[Any], None]] = {
     "canonical": canonical_form, "interface": interface_parser, "manifest": manifest_loader,
-    "report": report_parser, "admission": admission_handler,
+    "report": report_parser, "admission": admission_handler, "proxy-policy": proxy_policy,
+    "proxy-report": proxy_report,
 }
 
 
@@ -136,4 +175,22 @@ def cli_file(data: bytes) -> None:
         _expect((UsageError,), lambda: load_document(str(path)), "load_document")
 
 
-BYTE_TARGETS: dict[str, Callable[[bytes], None]] = {"report-body": report_body, "cli-file": cli_file}
+def event_stream(data: bytes) -> None:
+    """The proxy's event-stream splitter: the events and the rest are the input, byte for byte, cut anywhere."""
+    from lockstep.proxy.sse import EventSplitter, EventTooLargeError, parse_event
+
+    for size in (1, 7, len(data) or 1):
+        splitter, out = EventSplitter(1 << 20), []
+        try:
+            for start in range(0, len(data), size):
+                out += splitter.feed(data[start:start + size])
+        except EventTooLargeError:
+            return
+        if b"".join(out) + splitter.rest() != data:
+            raise Crash(f"the splitter lost or changed bytes (chunks of {size})")
+        for raw in out:
+            _expect((), lambda event=raw: parse_event(event), "parse_event")
+
+
+BYTE_TARGETS: dict[str, Callable[[bytes], None]] = {"report-body": report_body, "cli-file": cli_file,
+                                                    "event-stream": event_stream}
