@@ -1,9 +1,8 @@
 """Property-based fuzzing (hypothesis) of the parsers and decisions that take hostile input: the canonical
-form, the interface parser, the manifest loader, the report parser and body, the CLI's file loader, and
-the admission handler, and the proxy's judgement of answers (what quarantine lets through is approved),
-its report section and its event-stream splitter (lossless). Each property: only the named errors, never
-a crash. The short run is here (CI:
-HYPOTHESIS_PROFILE=ci); the long, coverage-guided run is `make fuzz` (fuzz/run.py, atheris)."""
+form, the interface parser, the manifest loader, the report parser and body, the CLI's file loader, the
+admission handler, and the proxy's judgement of answers (what quarantine lets through is approved), its
+report section and its event-stream splitter (lossless). Each property: only the named errors, never a
+crash. The short run is here (CI: HYPOTHESIS_PROFILE=ci); the long, coverage-guided run is `make fuzz` (fuzz/run.py, atheris)."""
 
 from __future__ import annotations
 
