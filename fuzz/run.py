@@ -3,8 +3,9 @@
     python fuzz/run.py TARGET [libFuzzer options]     # e.g. -max_total_time=60 -runs=100000
     make fuzz                                          # every target, FUZZ_SECONDS each (default 60)
 
-Targets (tests/lockstep_testing/fuzz_targets.py): canonical, interface, manifest, report, admission (a
-JSON value decoded from the input) and report-body, cli-file (the raw bytes). A crash is an exception
+Targets (tests/lockstep_testing/fuzz_targets.py): canonical, interface, manifest, report, admission,
+proxy-policy, proxy-report (a JSON value decoded from the input) and report-body, cli-file, event-stream
+(the raw bytes). A crash is an exception
 other than the target's named errors; libFuzzer writes the input to crash-<sha1> in the current folder.
 Turn every crash into a regression test (tests/fuzz) before fixing it.
 """
@@ -21,12 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 # Instrument Lockstep's own modules (and only those: instrumenting the kubernetes client and aiohttp
 # too takes minutes): every module a target reaches is imported here, inside the block.
 with atheris.instrument_imports(include=["lockstep", "lockstep_testing"]):
-    import lockstep.operator.admission_policy
-    import lockstep.operator.reports
-    import lockstep.operator.webhooks
     from lockstep_testing.fuzz_targets import BYTE_TARGETS, VALUE_TARGETS, value_from_bytes
 
-    import lockstep.cli.targets  # noqa: F401
 
 
 #: Keys the targets look for, so that structured values reach past their first checks.
@@ -36,7 +33,8 @@ KEYS = ["tools", "prompts", "resources", "resourceTemplates", "instructions", "n
         "annotations", "containers", "initContainers", "ephemeralContainers", "volumes", "volumeMounts",
         "projected", "sources", "serviceAccountToken", "audience", "hostNetwork", "shareProcessNamespace",
         "observedAt", "failure", "reason", "bootId", "bootTime", "sequence", "sentAt", "view", "image",
-        "targetContainerName", "lockstep.dev/interface", "lockstep.dev/inject", "ignore", "endpoint", "port"]
+        "targetContainerName", "lockstep.dev/interface", "lockstep.dev/inject", "ignore", "endpoint", "port",
+        "withheld", "dropped", "component", "action", "client", "count", "result", "capabilities"]
 STRINGS = ["lockstep-sidecar", "lockstep-token", "lockstep.dev", "lockstep/v1", "MCPServerInterface",
            "lockstep.dev/v1alpha1", "tool", "Isolate", "Audit", "Manual", "FirstSeen", "disabled", "enabled",
            "sha256:" + "a" * 64, "2026-11-22T02:00:00Z", "0" * 32, ""]
