@@ -22,7 +22,7 @@ from typing import Any
 from lockstep.core.digest import component_digest
 from lockstep.core.errors import InterfaceError
 from lockstep.core.ignore import IgnoreRules, parse_ignore_rules
-from lockstep.core.model import INSTRUCTIONS_NAME, Component, ComponentKind, Limits, check_json_value
+from lockstep.core.model import INSTRUCTIONS_NAME, Component, ComponentKind
 from lockstep.core.revision import Revision
 
 __all__ = ["ComponentGate", "GateReason", "Verdict"]
@@ -75,11 +75,9 @@ class Verdict:
 class ComponentGate:
     """The approved digests of every component key, from one or more approved revisions."""
 
-    def __init__(self, approved: Mapping[tuple[ComponentKind, str], frozenset[str]], ignore: IgnoreRules,
-                 limits: Limits | None = None) -> None:
+    def __init__(self, approved: Mapping[tuple[ComponentKind, str], frozenset[str]], ignore: IgnoreRules) -> None:
         self._approved = dict(approved)
         self._ignore = ignore
-        self._limits = limits or Limits()
 
     @classmethod
     def of(cls, revisions: Iterable[Revision], ignore: IgnoreRules | Iterable[str] | None = None) -> ComponentGate:
@@ -102,14 +100,18 @@ class ComponentGate:
         if key is None:
             return Verdict(kind, "?", GateReason.INVALID, "", (), f"no {kind.key_field!r} string")
         approved = self.approved_digests(kind, key)
+        # No separate walk for the model's limits (depth, string and total size): a definition whose digest
+        # is approved equals an approved definition, which met them; any other is withheld either way. The
+        # canonical form itself refuses what is not JSON (NaN, a lone surrogate, a foreign type).
         try:
-            check_json_value(definition, self._limits)
-            kept = self._ignore.apply(Component(kind, key, definition))
-            if kept is None:  # an ignore rule drops the whole component (instructions): not judged
+            kept = self._ignore.apply(Component(kind, key, definition)) if self._ignore else None
+            if self._ignore and kept is None:  # an ignore rule drops the whole component (instructions)
                 return Verdict(kind, key, GateReason.APPROVED, "", approved, "ignored")
-            digest = component_digest(kind, kept.definition)
+            digest = component_digest(kind, kept.definition if kept is not None else definition)
         except InterfaceError as error:
             return Verdict(kind, key, GateReason.INVALID, "", approved, str(error))
+        except RecursionError:
+            return Verdict(kind, key, GateReason.INVALID, "", approved, "nested too deep to digest")
         if digest in approved:
             return Verdict(kind, key, GateReason.APPROVED, digest, approved)
         reason = GateReason.CHANGED if approved else GateReason.UNAPPROVED

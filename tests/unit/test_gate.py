@@ -54,3 +54,12 @@ def test_what_is_not_a_component_is_invalid_not_an_exception() -> None:
         verdict = gate.check(ComponentKind.TOOL, item)
         assert verdict.reason is GateReason.INVALID, item
         assert not verdict.approved
+
+
+def test_what_is_beyond_the_models_limits_is_never_approved() -> None:
+    gate = gate_of({"tools": [TOOL]})
+    deep: dict = {}
+    for _ in range(5000):
+        deep = {"x": deep}
+    for item in [{**TOOL, "inputSchema": deep}, {**TOOL, "description": "x" * (2 * 1024 * 1024)}]:
+        assert not gate.check(ComponentKind.TOOL, item).approved
