@@ -190,15 +190,11 @@ _EVENT_KINDS: dict[type[Any], str] = {
 _ANY_RESULT: TypeAdapter[Any] = TypeAdapter(Any)
 
 
-async def _call(callback: ListChangedCallback, kind: str) -> None:
-    outcome = callback(kind)
-    if inspect.isawaitable(outcome):
-        await outcome
-
-
 async def _call_safely(callback: ListChangedCallback, kind: str) -> None:
     try:
-        await _call(callback, kind)
+        outcome = callback(kind)
+        if inspect.isawaitable(outcome):
+            await outcome
     except Exception:  # a failing callback must not end the session
         logger.exception("on_list_changed callback raised")
 
@@ -418,7 +414,7 @@ class LiveSession:
         self._lock = anyio.Lock()
         self._initialize: dict[str, Any] = {}
         self._listening: tuple[str, ...] = ()
-        self._discovered = False
+        self._opening_unread = False  # the opening's initialize or discover answer awaits the first read
 
     @property
     def url(self) -> str:
@@ -481,7 +477,7 @@ class LiveSession:
             raise ProtocolError(f"{self._wire.waiting_for}: {_one_line(error)}") from None
         self._initialize = self._wire.take_result(self._wire.waiting_for)
         _check_plain_json(self._wire.waiting_for, self._initialize, self._wire.limits)
-        self._discovered = True
+        self._opening_unread = True
 
     async def _negotiate(self) -> None:
         """2026-07-28 ``server/discover`` first; anything but a modern answer falls back to ``initialize``."""
@@ -504,8 +500,8 @@ class LiveSession:
         _check_plain_json("server/discover", self._initialize, self._wire.limits)
 
     async def _read_document(self) -> dict[str, Any]:
-        if self._discovered:
-            self._discovered = False  # the opening's answer is fresh: this read uses it
+        if self._opening_unread:
+            self._opening_unread = False  # the opening's answer is fresh: this read uses it
         elif self.modern:
             await self._rediscover()
         start = self._wire.bytes_received
@@ -622,9 +618,9 @@ class LiveSession:
             ended = "the server closed the subscriptions/listen stream"
         except SubscriptionLost as error:
             ended = f"subscriptions/listen was lost: {_one_line(error)}"
-        except MCPError as error:
+        except MCPError as error:  # raised while opening only: later failures end as SubscriptionLost
             failure = self._rpc_failure("subscriptions/listen", error)
-            if not self._listening and not isinstance(failure, ServerUnreachableError):
+            if not isinstance(failure, ServerUnreachableError):
                 # The server announced list changes but refuses to deliver them: read on the timer only.
                 logger.warning("%s: %s; list changes will be seen on the timer only", self.url, failure)
                 task_status.started()

@@ -63,6 +63,8 @@ class Reconciler:
         self.cache = ClusterCache()
         self.tracks: dict[Key, PodTrack] = {}
         self.memory: dict[Key, ResourceMemory] = {}
+        #: The approved components each resource's proxies are sent, with the judging key they were built for.
+        self._approved_answers: dict[Key, tuple[tuple[Any, ...], dict[str, Any]]] = {}
         #: Services by (namespace, name): their selector and target ports (numbers or names, as text).
         self.services: dict[Key, tuple[dict[str, str], tuple[str, ...]]] = {}
         self.synced = asyncio.Event()
@@ -121,6 +123,7 @@ class Reconciler:
         if event_type == "DELETED":
             previous = self.cache.drop_resource(namespace, name)
             self.memory.pop((namespace, name), None)
+            self._approved_answers.pop((namespace, name), None)
             self._written.pop((namespace, name), None)
             self.observed_maps.forget((namespace, name))
             self.metrics.forget_resource(namespace, name)
@@ -227,10 +230,14 @@ class Reconciler:
         if len(resources) != 1:
             return None  # none or a conflict: the proxy keeps withholding everything
         policy = resources[0].policy
-        components = sorted({(c.kind.value, c.name, c.digest) for revision in policy.effective_approved
-                             for c in revision.digest.components})
-        return {"ignore": list(policy.ignore),
-                "components": [{"kind": kind, "name": name, "digest": digest} for kind, name, digest in components]}
+        cached = self._approved_answers.get(resources[0].key)
+        if cached is None or cached[0] != policy.judging_key:  # built once per change of what is approved
+            components = sorted({(c.kind.value, c.name, c.digest) for revision in policy.effective_approved
+                                 for c in revision.digest.components})
+            answer = {"ignore": list(policy.ignore), "components": [
+                {"kind": kind, "name": name, "digest": digest} for kind, name, digest in components]}
+            cached = self._approved_answers[resources[0].key] = (policy.judging_key, answer)
+        return cached[1]
 
     async def on_service(self, event_type: str, body: Mapping[str, Any]) -> None:
         """Keep the Services: in enforcement Quarantine, one that targets a port past the proxy is reported."""

@@ -62,7 +62,6 @@ async def running_sidecar(settings: SidecarSettings, *, host: str = "0.0.0.0",
     timeout = httpx2.Timeout(REPORT_TIMEOUT)
     withheld = WithheldLog() if settings.proxy_port is not None else None
     proxy: ProxyApp | None = None
-    prober_ref: list[Prober] = []
 
     def delivered(delivery: Delivery) -> None:
         if proxy is not None and delivery.approved is not None:
@@ -74,15 +73,14 @@ async def running_sidecar(settings: SidecarSettings, *, host: str = "0.0.0.0",
 
     def found(finding: Finding) -> None:
         assert withheld is not None
-        if withheld.add(finding) and prober_ref and prober_ref[0].last_observation is not None:
-            # Report soon (the reporter coalesces): the operator records what was withheld.
+        if withheld.add(finding):
+            # Report soon (the last observation again, once one was delivered): the operator records it.
             asyncio.get_running_loop().call_later(WITHHELD_REPORT_DELAY, reporter.resubmit)
 
     async with httpx2.AsyncClient(verify=settings.ssl_context(), timeout=timeout, trust_env=False) as client:
         reporter = Reporter(settings.report_url, settings.token_path, client, metrics,
                             max_backoff=max_report_backoff, on_delivered=delivered, withheld=withheld)
         prober = Prober(settings, reporter.submit, metrics, connect=connect)
-        prober_ref.append(prober)
         if settings.proxy_port is not None:
             # Empty until the operator answers the first report: everything is withheld (fail closed).
             proxy = ProxyApp(settings.mcp_url, ComponentGate({}, IgnoreRules()), Mode.QUARANTINE, on_finding=found,

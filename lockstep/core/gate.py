@@ -87,10 +87,6 @@ class ComponentGate:
                 approved.setdefault((component.kind, component.name), set()).add(component.digest)
         return cls({key: frozenset(digests) for key, digests in approved.items()}, parse_ignore_rules(ignore))
 
-    def knows(self, kind: ComponentKind, key: str) -> bool:
-        """Whether some approved revision has a component of ``kind`` named ``key``."""
-        return (kind, key) in self._approved
-
     def approved_digests(self, kind: ComponentKind, key: str) -> tuple[str, ...]:
         return tuple(sorted(self._approved.get((kind, key), ())))
 

@@ -31,6 +31,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import aiohttp
 from aiohttp import web
+from mcp_types import CLIENT_INFO_META_KEY
 from opentelemetry import trace
 
 from lockstep.core.gate import ComponentGate
@@ -59,7 +60,8 @@ _HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "
 _RESPONSE_DROPPED = _HOP_BY_HOP | {"content-encoding"}
 #: Client names kept as metric labels; later ones are counted as "other".
 MAX_CLIENT_LABELS = 20
-_CLIENT_INFO_META_KEY = "io.modelcontextprotocol/clientInfo"
+#: Sessions remembered (their client name, or their legacy SSE stream).
+MAX_SESSIONS = 10_000
 
 
 class ProxyConfigError(ValueError):
@@ -84,7 +86,7 @@ class _Exchange:
     @property
     def bears_interface(self) -> bool:
         """Whether an answer in this exchange may carry interface (unknown counts as yes)."""
-        return not self.methods or any(method in INTERFACE_METHODS for method in self.methods.values())
+        return not self.methods or self.asks_interface
 
 
 class _Pending(dict[Any, str]):
@@ -181,16 +183,15 @@ class ProxyApp:
         exchange, messages = self._exchange(request, body)
         self.metrics.requests.labels(request.method).inc()
         if isinstance(messages, list):
-            return _jsonrpc_response(_batch_refusal(messages), status=400)
+            return _jsonrpc_response(BATCH_REFUSAL, status=400)
         decision = self.policy.decide_call(messages, exchange.principal, exchange.client)
+        legacy = self._legacy.get(exchange.legacy_session)
         if decision is not None and decision.error is not None:
             self.metrics.calls.labels("refused").inc()
-            legacy = self._legacy.get(exchange.legacy_session)
             if legacy is not None:  # the legacy SSE transport answers on its GET stream, never in the POST
                 await legacy.write(_event_bytes(decision.error))
                 return web.Response(status=202, text="Accepted")
             return _jsonrpc_response(decision.error)
-        legacy = self._legacy.get(exchange.legacy_session)
         if legacy is not None:
             legacy.expect(exchange)
         if decision is not None:
@@ -235,14 +236,18 @@ class ProxyApp:
             info = params.get("clientInfo")
             meta = params.get("_meta")
             if info is None and isinstance(meta, dict):
-                info = meta.get(_CLIENT_INFO_META_KEY)
+                info = meta.get(CLIENT_INFO_META_KEY)
         name = info.get("name") if isinstance(info, dict) else None
         if isinstance(name, str) and name:
             name = name[:64]
-            if session_id and len(self._clients) < 10_000:
-                self._clients[session_id] = name
+            self._remember_client(session_id, name)
             return name
         return self._clients.get(session_id, "unknown")
+
+    def _remember_client(self, session_id: str | None, name: str) -> None:
+        """The 2025 handshake names the client once per session: keep it for the session's later requests."""
+        if session_id and name != "unknown" and len(self._clients) < MAX_SESSIONS:
+            self._clients[session_id] = name
 
     def _client_label(self, client: str) -> str:
         if client in self._client_labels or len(self._client_labels) < MAX_CLIENT_LABELS:
@@ -265,9 +270,7 @@ class ProxyApp:
             return web.Response(status=502, text=f"lockstep proxy: the upstream server is unreachable: {error}\n")
         async with upstream:
             self.metrics.upstream_seconds.observe(time.perf_counter() - started)
-            session_id = upstream.headers.get("Mcp-Session-Id")
-            if session_id and exchange.client != "unknown" and len(self._clients) < 10_000:
-                self._clients[session_id] = exchange.client  # 2025: only initialize names the client
+            self._remember_client(upstream.headers.get("Mcp-Session-Id"), exchange.client)
             content_type = upstream.headers.get("Content-Type", "").lower()
             if content_type.startswith("application/json"):
                 return await self._json(request, upstream, exchange)
@@ -288,7 +291,7 @@ class ProxyApp:
         try:
             replacement = self._judge_text(body, exchange)
         except ValueError:
-            if exchange.bears_interface and exchange.methods:
+            if exchange.asks_interface:
                 return self._refuse_unjudged(exchange, "an answer that is not JSON")
             replacement = None
         if replacement is not None:
@@ -336,7 +339,7 @@ class ProxyApp:
             endpoint = endpoint[len(self.upstream_origin):] or "/"
             raw = replace_data(raw, endpoint)
         session_id = parse_qs(urlsplit(endpoint).query).get("session_id", [""])[0]
-        if not session_id or len(self._legacy) >= 10_000:
+        if not session_id or len(self._legacy) >= MAX_SESSIONS:
             return None, raw
         legacy = _LegacyStream(session_id, response, exchange)
         exchange.methods = legacy.methods  # the answers to this session's POSTs arrive here
@@ -359,17 +362,14 @@ class ProxyApp:
 
         Where an answer may bear interface, a key given twice is refused: parsers disagree on which
         one wins, so the proxy could judge one value and the client read the other."""
-        strict = exchange.asks_interface or isinstance(exchange.methods, _Pending) or not exchange.methods
+        strict = exchange.bears_interface or isinstance(exchange.methods, _Pending)
         try:
             message = json.loads(text, object_pairs_hook=_unique_keys if strict else None)
         except _DuplicateKeyError as duplicate:
             message = json.loads(text)
             if not (isinstance(message, dict) and "result" in message):
                 return None  # a request or notification: not interface
-            self.metrics.unjudged.inc()
-            return json.dumps({"jsonrpc": "2.0", "id": message.get("id"), "error": {
-                "code": REFUSED_CODE, "message": f"lockstep: refused an answer with the key {duplicate} twice: "
-                                                 "it cannot be checked"}})
+            return json.dumps(self._unjudged(message.get("id"), f"an answer with the key {duplicate} twice"))
         replacement = self._filter(message, exchange)
         return None if replacement is None else json.dumps(replacement, ensure_ascii=False)
 
@@ -392,11 +392,13 @@ class ProxyApp:
         return response
 
     def _refuse_unjudged(self, exchange: _Exchange, detail: str) -> web.Response:
+        return _jsonrpc_response(self._unjudged(next(iter(exchange.methods), None), detail))
+
+    def _unjudged(self, request_id: Any, detail: str) -> dict[str, Any]:
+        """The error that answers what the proxy cannot check (counted)."""
         self.metrics.unjudged.inc()
-        request_id = next(iter(exchange.methods), None)
-        error = {"jsonrpc": "2.0", "id": request_id,
-                 "error": {"code": REFUSED_CODE, "message": f"lockstep: refused {detail}: it cannot be checked"}}
-        return _jsonrpc_response(error)
+        return {"jsonrpc": "2.0", "id": request_id,
+                "error": {"code": REFUSED_CODE, "message": f"lockstep: refused {detail}: it cannot be checked"}}
 
 
 async def _read_limited(upstream: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
@@ -439,10 +441,9 @@ def _jsonrpc_response(message: Any, status: int = 200) -> web.Response:
     return web.Response(status=status, body=json.dumps(message).encode(), content_type="application/json")
 
 
-def _batch_refusal(messages: list[Any]) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": None, "error": {
-        "code": -32600, "message": "lockstep proxy: JSON-RPC batches are refused (MCP removed them in "
-                                   "2025-06-18); send one message per request"}}
+BATCH_REFUSAL = {"jsonrpc": "2.0", "id": None, "error": {
+    "code": -32600, "message": "lockstep proxy: JSON-RPC batches are refused (MCP removed them in 2025-06-18); "
+                               "send one message per request"}}
 
 
 def _event_bytes(message: Any) -> bytes:

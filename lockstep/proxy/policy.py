@@ -57,6 +57,8 @@ CALL_METHODS: dict[str, tuple[ComponentKind, str]] = {
     "prompts/get": (ComponentKind.PROMPT, "name"),
     "resources/read": (ComponentKind.RESOURCE, "uri"),
 }
+#: The opening of a session (2025) or a connection (2026): their results carry the instructions.
+_OPENING_METHODS = frozenset(method for method, list_key in INTERFACE_METHODS.items() if list_key is None)
 _LIST_KINDS = {kind.list_key: kind for kind in
                (ComponentKind.TOOL, ComponentKind.PROMPT, ComponentKind.RESOURCE, ComponentKind.RESOURCE_TEMPLATE)}
 #: JSON-RPC error for a call to a withheld component: the MCP spec's code for an unknown tool.
@@ -163,8 +165,7 @@ class InterfacePolicy:
 
     def _judge(self, result: dict[str, Any], method: str | None) -> Iterator[tuple[str, int, Verdict]]:
         """(list key, index, verdict) for every component the result carries."""
-        if isinstance(result.get("instructions"), str) and (
-                method in ("initialize", "server/discover") or "capabilities" in result):
+        if isinstance(result.get("instructions"), str) and (method in _OPENING_METHODS or "capabilities" in result):
             yield "instructions", -1, self.gate.check(ComponentKind.INSTRUCTIONS, result["instructions"])
         for list_key, kind in _LIST_KINDS.items():
             items = result.get(list_key)
@@ -180,9 +181,9 @@ class InterfacePolicy:
 
     def _malformed(self, message: dict[str, Any], method: str, principal: str, client: str,
                    detail: str) -> dict[str, Any] | None:
-        verdict = Verdict(ComponentKind.INSTRUCTIONS if method in ("initialize", "server/discover")
-                          else _LIST_KINDS[INTERFACE_METHODS[method] or "tools"], "?", GateReason.INVALID,
-                          "", (), detail)
+        list_key = INTERFACE_METHODS[method]
+        kind = _LIST_KINDS[list_key] if list_key is not None else ComponentKind.INSTRUCTIONS
+        verdict = Verdict(kind, "?", GateReason.INVALID, "", (), detail)
         if self.mode is Mode.AUDIT:
             self._report([verdict], "audited", method, principal, client)
             return None
@@ -216,9 +217,8 @@ class InterfacePolicy:
             self._report([verdict], "audited", message["method"], principal, client)
             return CallDecision(kind, key, None, verdict.approved_digests)
         self._report([verdict], "refused-call", message["method"], principal, client)
-        noun = {"tools/call": "tool", "prompts/get": "prompt", "resources/read": "resource"}[message["method"]]
         error = _error(message.get("id"), UNKNOWN_COMPONENT_CODE,
-                       f"Unknown {noun}: {key!r} is withheld by lockstep: {verdict.describe()}", [verdict])
+                       f"Unknown {kind.value}: {key!r} is withheld by lockstep: {verdict.describe()}", [verdict])
         return CallDecision(kind, key, error, verdict.approved_digests)
 
     # ------------------------------------------------------------ state
