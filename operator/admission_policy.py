@@ -23,7 +23,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lockstep.operator.injection import INJECT_LABEL, SIDECAR_NAME, TOKEN_AUDIENCE, TOKEN_VOLUME
+from lockstep.operator.injection import (
+    INJECT_LABEL,
+    PROXY_PORT_NAME,
+    SIDECAR_NAME,
+    TOKEN_AUDIENCE,
+    TOKEN_VOLUME,
+)
 
 __all__ = ["AdmissionPolicy", "as_injected", "opted_out", "strictness", "update_violations", "violations", "weaker_than"]
 
@@ -83,6 +89,10 @@ def _container_problems(spec: Mapping[str, Any], planned: Mapping[str, Any] | No
                                 f"(differs in {', '.join(differing)})")
         elif container.get("targetContainerName") == SIDECAR_NAME:
             problems.append(f"{where}.targetContainerName: no container may join the sidecar's process namespace")
+        if container.get("name") != SIDECAR_NAME and any(
+                isinstance(port, Mapping) and port.get("name") == PROXY_PORT_NAME for port in container.get("ports") or []):
+            # A Service that targets the name could reach this container instead of the in-line proxy.
+            problems.append(f"{where}.ports: the port name {PROXY_PORT_NAME} is reserved for the sidecar's proxy")
         for mount in container.get("volumeMounts") or []:
             if mount.get("name") == TOKEN_VOLUME and container.get("name") != SIDECAR_NAME:
                 problems.append(f"{where}.volumeMounts: only the sidecar may mount {TOKEN_VOLUME}")

@@ -52,6 +52,14 @@ async def test_the_sidecar_name_on_an_app_container_is_refused(admit: Any, inter
     assert "spec.containers[1].name: lockstep-sidecar is reserved" in refusal(await admit(pod))
 
 
+async def test_the_proxy_port_name_on_an_app_container_is_refused(admit: Any, interfaces: list[Any]) -> None:
+    """A Service targeting lockstep-mcp could otherwise resolve to the server itself, past the proxy."""
+    interfaces.append(weather_interface())
+    pod = plain_pod()
+    pod["spec"]["containers"][0].setdefault("ports", []).append({"name": "lockstep-mcp", "containerPort": 8080})
+    assert "spec.containers[0].ports: the port name lockstep-mcp is reserved" in refusal(await admit(pod))
+
+
 async def test_a_lockstep_token_for_the_app_is_refused(admit: Any, interfaces: list[Any]) -> None:
     interfaces.append(weather_interface())
     pod = plain_pod()
