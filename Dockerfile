@@ -14,8 +14,6 @@ WORKDIR /src
 RUN pip install --no-cache-dir "build>=1.0"
 COPY pyproject.toml README.md ./
 COPY lockstep/ lockstep/
-COPY operator/ operator/
-COPY sidecar/ sidecar/
 RUN python -m build --wheel --outdir /dist .
 
 # Stage 2: the runtime. Only the wheel and its runtime dependencies (resolved from the wheel's

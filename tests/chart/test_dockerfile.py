@@ -138,8 +138,8 @@ def test_the_build_context_holds_what_the_copies_need_and_no_tests(tmp_path: Pat
         *sources, _ = copy.split()
         for source in sources:
             assert (context / source).exists(), f"COPY {source}: excluded by .dockerignore or missing"
-    for folder in PYPROJECT["tool"]["setuptools"]["package-dir"].values():
-        assert (context / folder / "__init__.py").exists(), folder
+    for package in PYPROJECT["tool"]["setuptools"]["packages"]:
+        assert (context / package.replace(".", "/") / "__init__.py").exists(), package
     assert not (context / "tests").exists() and not (context / ".venv").exists()
 
 

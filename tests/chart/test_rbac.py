@@ -8,7 +8,7 @@ import pytest
 from lockstep_testing.api_calls import ApiCall, calls_in_source
 from lockstep_testing.chart_render import NAMESPACE, NAMESPACED, REPO, Render, find, one
 
-OPERATOR_SOURCES = sorted((REPO / "operator").glob("*.py"))
+OPERATOR_SOURCES = sorted((REPO / "lockstep" / "operator").glob("*.py"))
 
 #: What kopf 1.45 calls by itself (kopf/_core/reactor/observation.py and engines/peering.py).
 KOPF_SCANNING = {ApiCall("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in ("list", "watch")}

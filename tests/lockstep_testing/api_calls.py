@@ -1,6 +1,6 @@
 """Derive the Kubernetes API calls of the operator from its source, for the chart's RBAC test.
 
-Static, by reading ``operator/*.py`` with ``ast``:
+Static, by reading ``lockstep/operator/*.py`` with ``ast``:
 
 * every call whose path argument resolves to an API path (an f-string, or a helper function or
   property returning one), with its verb from the method (``get``/``list``/``merge_patch``/``post``,

@@ -36,6 +36,13 @@ def test_running_from_the_repository_root_keeps_the_stdlib_operator():
     assert Path(probe(ROOT)["stdlib_operator"]).name == "operator.py"
 
 
+def test_python_dash_m_from_the_repository_root_imports_the_stdlib_operator():
+    """`python -m` puts the working directory first on sys.path (the image build and `python -m pytest` do)."""
+    output = subprocess.run([sys.executable, "-m", "operator"], cwd=ROOT, capture_output=True, text=True)
+    assert "lockstep" not in output.stderr and "__init__" not in output.stderr
+    assert not (ROOT / "operator").exists() and not (ROOT / "sidecar").exists()
+
+
 @pytest.mark.slow
 def test_a_plain_wheel_holds_and_imports_every_package(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
