@@ -64,6 +64,10 @@ DEFAULT_SIDECAR_PORT = 9090
 DEFAULT_PROXY_PORT = 8090
 PROXY_PORT_NAME = "lockstep-mcp"
 NONROOT_ID = 65532  # the image's numeric user, so runAsNonRoot can verify it
+#: World-readable: without an fsGroup, or one runAsUser shared by every container, the kubelet writes
+#: projected and Secret volume files as root:root with this mode, and the sidecar runs as NONROOT_ID.
+#: Only the sidecar mounts these volumes, so no other container can read them whatever the mode.
+SIDECAR_FILE_MODE = 0o444
 MIN_TOKEN_EXPIRATION = 600  # the API server refuses projected tokens shorter than 10 minutes
 
 JSONPatchOp = dict[str, Any]
@@ -212,7 +216,7 @@ def _missing_volumes(spec: Mapping[str, Any], settings: SidecarSettings,
     wanted = [_token_volume(settings), _no_api_token_volume()]
     if binding.headers_secret:
         wanted.append({"name": HEADERS_VOLUME,
-                       "secret": {"secretName": binding.headers_secret, "defaultMode": 0o440}})
+                       "secret": {"secretName": binding.headers_secret, "defaultMode": SIDECAR_FILE_MODE}})
     return [volume for volume in wanted if not _has_named(spec.get("volumes"), volume["name"])]
 
 
@@ -228,7 +232,7 @@ def _token_volume(settings: SidecarSettings) -> dict[str, Any]:
     token = {"audience": TOKEN_AUDIENCE, "path": "token",
              "expirationSeconds": max(MIN_TOKEN_EXPIRATION, settings.token_expiration_seconds)}
     return {"name": TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": token}],
-                                                "defaultMode": 0o440}}
+                                                "defaultMode": SIDECAR_FILE_MODE}}
 
 
 def proxy_port(spec: Mapping[str, Any]) -> int:
@@ -283,7 +287,11 @@ def _sidecar_container(spec: Mapping[str, Any], settings: SidecarSettings,
 
 def _sidecar_env(settings: SidecarSettings, binding: Binding, mcp_port: int,
                  port: int) -> list[dict[str, str]]:
+    """Every variable the sidecar reads, empty ones included: the kubelet's Service links inject
+    ``<SERVICE>_PORT=tcp://...`` for every Service in the namespace (a Service ``lockstep-proxy`` gives
+    ``LOCKSTEP_PROXY_PORT``), and only a variable the container sets itself takes precedence over them."""
     values = {
+        "LOCKSTEP_MCP_URL": "",
         "LOCKSTEP_MCP_PORT": str(mcp_port),
         "LOCKSTEP_MCP_PATH": binding.path,
         "LOCKSTEP_MCP_TRANSPORT": binding.transport,
@@ -297,7 +305,7 @@ def _sidecar_env(settings: SidecarSettings, binding: Binding, mcp_port: int,
         "LOCKSTEP_SIDECAR_PORT": str(port),
         "LOCKSTEP_PROXY_PORT": str(binding.proxy_port) if binding.proxy_port is not None else "",
     }
-    return [{"name": name, "value": value} for name, value in values.items() if value]
+    return [{"name": name, "value": value} for name, value in values.items()]
 
 
 def _seconds(value: float) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 import click
 import pytest
 from helm_python.chart import Chart
-from lockstep_testing.chart_render import ALL_ON, NAMESPACE, NAMESPACED, Render, one
+from lockstep_testing.chart_render import ALL_ON, NAMESPACE, NAMESPACED, Render, documents, one
 
 from lockstep.cli import cli
 
@@ -170,3 +170,42 @@ def test_operator_settings_without_a_value_reach_it_through_extra_env(render: Re
         monkeypatch.setenv(variable["name"], variable["value"])
     params = parse_operator_args(container["args"])
     assert (params["observed_configmap_limit"], params["observed_configmap_size_limit"]) == (2, 4096)
+
+
+def service_link_variables(service: dict[str, Any], cluster_ip: str = "10.0.0.149") -> dict[str, str]:
+    """The docker-link variables the kubelet injects for a Service (kubelet envvars.FromServices)."""
+    prefix = service["metadata"]["name"].upper().replace("-", "_")
+    ports = service["spec"]["ports"]
+    first = ports[0]
+    variables = {f"{prefix}_SERVICE_HOST": cluster_ip, f"{prefix}_SERVICE_PORT": str(first["port"]),
+                 f"{prefix}_PORT": f"{first.get('protocol', 'TCP').lower()}://{cluster_ip}:{first['port']}"}
+    for port in ports:
+        protocol = port.get("protocol", "TCP")
+        if port.get("name"):
+            variables[f"{prefix}_SERVICE_PORT_{port['name'].upper().replace('-', '_')}"] = str(port["port"])
+        base = f"{prefix}_PORT_{port['port']}_{protocol}"
+        variables.update({base: f"{protocol.lower()}://{cluster_ip}:{port['port']}", f"{base}_PROTO": protocol.lower(),
+                          f"{base}_PORT": str(port["port"]), f"{base}_ADDR": cluster_ip})
+    return variables
+
+
+def test_the_readme_release_name_gets_no_service_links_that_break_the_operator(chart: Chart) -> None:
+    """`helm install lockstep ...` names the Services lockstep-metrics and lockstep-webhook, and the kubelet
+    would inject LOCKSTEP_METRICS_PORT=tcp://... into the operator: exactly its --metrics-port variable."""
+    objects = documents(chart.render(values={}, name="lockstep", namespace=NAMESPACE, is_install=True))
+    links: dict[str, str] = {}
+    for service in (o for o in objects if o["kind"] == "Service"):
+        links.update(service_link_variables(service))
+    command = cli.get_command(click.Context(cli), "operator")
+    assert command is not None
+    operator_variables = {str(param.envvar) for param in command.params if getattr(param, "envvar", None)}
+    assert operator_variables & links.keys(), "the collision this test guards against is no longer there"
+    pod = one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert pod["enableServiceLinks"] is False
+    container = next(c for c in pod["containers"] if c["name"] == "operator")
+    explicit = {variable["name"] for variable in container.get("env", [])}
+    with pytest.raises(click.BadParameter):  # what the pod would do with the links: exit 2
+        with command.make_context("operator", list(container["args"][1:]), auto_envvar_prefix=None) as context:
+            for param in command.params:
+                if getattr(param, "envvar", None) in links.keys() - explicit:
+                    param.type_cast_value(context, links[str(param.envvar)])

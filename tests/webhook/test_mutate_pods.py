@@ -18,19 +18,21 @@ def operator_ca() -> str:
 
 def expected_sidecar(interface: str = "weather", port: int = 8000, interval: str = "30",
                      timeout: str = "5", sidecar_port: int = 9090) -> dict[str, Any]:
-    env = {"LOCKSTEP_MCP_PORT": str(port), "LOCKSTEP_MCP_PATH": "/mcp",
+    # Every variable, empty ones too: only what the container sets beats the kubelet's Service links.
+    env = {"LOCKSTEP_MCP_URL": "", "LOCKSTEP_MCP_PORT": str(port), "LOCKSTEP_MCP_PATH": "/mcp",
            "LOCKSTEP_MCP_TRANSPORT": "streamable-http", "LOCKSTEP_INTERFACE": interface,
            "LOCKSTEP_PROBE_INTERVAL": interval, "LOCKSTEP_PROBE_TIMEOUT": timeout,
            "LOCKSTEP_OPERATOR_URL": "https://lockstep.lockstep-system.svc:8443",
            "LOCKSTEP_TOKEN_PATH": "/var/run/secrets/lockstep.dev/token",
-           "LOCKSTEP_OPERATOR_CA": CA_PEM, "LOCKSTEP_SIDECAR_PORT": str(sidecar_port)}
+           "LOCKSTEP_OPERATOR_CA": CA_PEM, "LOCKSTEP_HEADERS_DIR": "", "LOCKSTEP_SIDECAR_PORT": str(sidecar_port),
+           "LOCKSTEP_PROXY_PORT": ""}
     return {
         "name": "lockstep-sidecar",
         "image": "ghcr.io/lockstep-dev/lockstep:0.1.0",
         "imagePullPolicy": "IfNotPresent",
         "args": ["sidecar"],
         "restartPolicy": "Always",
-        "env": [{"name": name, "value": value} for name, value in env.items() if value],
+        "env": [{"name": name, "value": value} for name, value in env.items()],
         "ports": [{"name": "lockstep-http", "containerPort": sidecar_port, "protocol": "TCP"}],
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": sidecar_port},
                           "periodSeconds": 20, "timeoutSeconds": 3, "failureThreshold": 3},
@@ -47,7 +49,7 @@ def expected_sidecar(interface: str = "weather", port: int = 8000, interval: str
     }
 
 
-TOKEN_VOLUME = {"name": "lockstep-token", "projected": {"defaultMode": 0o440, "sources": [
+TOKEN_VOLUME = {"name": "lockstep-token", "projected": {"defaultMode": 0o444, "sources": [
     {"serviceAccountToken": {"audience": "lockstep.dev", "path": "token", "expirationSeconds": 900}}]}}
 NO_API_TOKEN_VOLUME = {"name": "lockstep-no-api-token", "emptyDir": {"medium": "Memory", "sizeLimit": "1Ki"}}
 GATE = {"conditionType": "lockstep.dev/interface-verified"}
@@ -197,7 +199,7 @@ async def test_interface_in_another_namespace_does_not_apply(admit: Any, interfa
     interfaces.append(elsewhere)
     admitted = await admit(plain_pod())
     env = {e["name"]: e.get("value") for e in admitted.pod["spec"]["initContainers"][0]["env"]}
-    assert "LOCKSTEP_INTERFACE" not in env
+    assert not env["LOCKSTEP_INTERFACE"]
     assert [reason for _, reason, _ in events] == ["InterfaceNotFound"]
 
 
@@ -211,7 +213,7 @@ async def test_named_port_and_headers_secret(admit: Any, interfaces: list[Any]) 
     assert env["LOCKSTEP_HEADERS_DIR"] == "/etc/lockstep/headers"
     assert {"name": "lockstep-headers", "mountPath": "/etc/lockstep/headers", "readOnly": True} \
         in sidecar["volumeMounts"]
-    assert {"name": "lockstep-headers", "secret": {"secretName": "weather-probe-headers", "defaultMode": 0o440}} \
+    assert {"name": "lockstep-headers", "secret": {"secretName": "weather-probe-headers", "defaultMode": 0o444}} \
         in spec["volumes"]
     app_mounts = [m["name"] for m in spec["containers"][0]["volumeMounts"]]
     assert "lockstep-headers" not in app_mounts
