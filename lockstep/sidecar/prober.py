@@ -22,6 +22,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from lockstep.sidecar.listener import loopback_port, wait_until_closed
 from lockstep.sidecar.metrics import SidecarMetrics
 from lockstep.sidecar.settings import SidecarSettings
 
@@ -86,7 +87,8 @@ class Prober:
         settings = self._settings
         self._flooded.clear()
         async with self._connect(settings.mcp_url, transport=settings.transport, headers=settings.mcp_headers(),
-                                 timeout=settings.timeout, on_list_changed=self._on_list_changed) as live:
+                                 timeout=settings.timeout, on_list_changed=self._on_list_changed,
+                                 client_capabilities=settings.client_capabilities) as live:
             if not self._ever_connected:
                 logger.info("Connected to the MCP server at %s", settings.mcp_url)
             self._ever_connected = True
@@ -99,6 +101,9 @@ class Prober:
                 if trigger == "dropped":
                     logger.info("The MCP session dropped; reconnecting")
                     return trigger
+                if trigger == "server_closed":
+                    logger.info("The MCP server stopped listening (shutting down?): session closed")
+                    return "dropped"
                 if trigger == "flooded":
                     self._metrics.floods.inc()
                     logger.warning("More than %d list_changed notifications a second: one more probe, then the "
@@ -129,20 +134,27 @@ class Prober:
         logger.info("Probe (%s): %s", trigger, observation.digest.digest if observation.digest else "?")
 
     async def _wait(self, live: Any) -> str:
-        """Wait for the next probe; returns what woke us: ``timer``, ``list_changed`` or ``dropped``."""
+        """Wait for the next probe; returns what woke us: ``timer``, ``list_changed``, ``dropped``,
+        ``flooded`` or ``server_closed`` (the server beside us stopped listening: let it exit)."""
         interval = self._settings.interval
         delay = interval * random.uniform(0.8, 1.0)  # jitter: pods started together drift apart
         changed = asyncio.ensure_future(self._list_changed.wait())
         dropped = asyncio.ensure_future(live.wait_dropped())
         flooded = asyncio.ensure_future(self._flooded.wait())
+        waits = {changed, dropped, flooded}
+        port = loopback_port(self._settings.mcp_url)
+        closed = asyncio.ensure_future(wait_until_closed(port)) if port is not None else None
+        if closed is not None:
+            waits.add(closed)
         try:
-            done, _ = await asyncio.wait({changed, dropped, flooded}, timeout=delay,
-                                         return_when=asyncio.FIRST_COMPLETED)
+            done, _ = await asyncio.wait(waits, timeout=delay, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (changed, dropped, flooded):
+            for task in waits:
                 task.cancel()
         if dropped in done:
             return "dropped"
+        if closed in done:
+            return "server_closed"
         if flooded in done:
             return "flooded"
         return "list_changed" if changed in done else "timer"

@@ -27,7 +27,7 @@ from lockstep.sidecar.proxy import WithheldLog
 
 from lockstep.core.report import Freshness, Observation, ProxyReport
 
-__all__ = ["Delivery", "Reporter"]
+__all__ = ["Delivery", "Reporter", "next_retry"]
 
 logger = logging.getLogger("lockstep.sidecar")
 
@@ -99,8 +99,7 @@ class Reporter:
             retry_after = await self._attempt(observation)
             if retry_after is None:
                 return
-            delay = max(retry_after, backoff * random.uniform(0.5, 1.0))
-            backoff = min(backoff * 2, self._max_backoff)
+            delay, backoff = next_retry(retry_after, backoff, self._max_backoff)
             try:  # a newer observation cuts the wait short and is sent instead
                 await asyncio.wait_for(self._wake.wait(), timeout=delay)
             except TimeoutError:
@@ -152,6 +151,19 @@ class Reporter:
         if not token:
             raise TokenUnavailableError(f"the token file {self._token_path} is empty")
         return token
+
+
+def next_retry(retry_after: float, backoff: float, max_backoff: float) -> tuple[float, float]:
+    """The wait before the next attempt, and the backoff after it.
+
+    An operator that names its time (``Retry-After``: a standby replica, a full TokenReview queue)
+    is taken at its word, with up to 20% jitter so that pods turned away together come back apart,
+    and the backoff does not grow: eleven 503s from a standby replica must not turn into a
+    30-second wait. Without one (no answer at all) the wait doubles up to ``max_backoff``.
+    """
+    if retry_after > 0:
+        return retry_after * random.uniform(1.0, 1.2), backoff
+    return backoff * random.uniform(0.5, 1.0), min(backoff * 2, max_backoff)
 
 
 def _utc_now() -> str:
