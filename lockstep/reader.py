@@ -39,7 +39,7 @@ import inspect
 import logging
 import math
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Self
@@ -59,10 +59,13 @@ from mcp_types import SERVER_INFO_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
+from lockstep.core.capabilities import CLIENT_CAPABILITIES, DEFAULT_CLIENT_CAPABILITIES, parse_client_capabilities
 from lockstep.core.errors import InterfaceError, LockstepError
 from lockstep.core.model import DEFAULT_LIMITS, Interface, Limits, check_json_value
 
 __all__ = [
+    "CLIENT_CAPABILITIES",
+    "DEFAULT_CLIENT_CAPABILITIES",
     "DEFAULT_PROTOCOL",
     "DEFAULT_TIMEOUT",
     "PROTOCOLS",
@@ -77,6 +80,7 @@ __all__ = [
     "ResponseTooLargeError",
     "ServerUnreachableError",
     "connect",
+    "parse_client_capabilities",
     "read_interface",
     "resolve_transport",
 ]
@@ -95,6 +99,29 @@ DEFAULT_PROTOCOL = "auto"
 SSE_CLIENT_EVENT_LIMIT = 1024 * 1024
 
 ListChangedCallback = Callable[[str], Awaitable[None] | None]
+
+
+# The probe announces capabilities so that it is shown what agents are shown; it never acts on them.
+# A server's request is answered at once, harmlessly, and leaks nothing: sampling is refused (no model
+# behind the probe), elicitation declined (no user behind it), roots is an empty list (no files).
+async def _refuse_sampling(context: Any, params: Any) -> types.ErrorData:
+    return types.ErrorData(code=types.INVALID_REQUEST, message="the lockstep probe does not sample")
+
+
+async def _decline_elicitation(context: Any, params: Any) -> types.ElicitResult:
+    return types.ElicitResult(action="decline")
+
+
+async def _no_roots(context: Any) -> types.ListRootsResult:
+    return types.ListRootsResult(roots=[])
+
+
+def _capability_callbacks(capabilities: tuple[str, ...]) -> dict[str, Any]:
+    """ClientSession keyword arguments: the SDK announces a capability exactly when its callback is given."""
+    callbacks = {"sampling": ("sampling_callback", _refuse_sampling),
+                 "elicitation": ("elicitation_callback", _decline_elicitation),
+                 "roots": ("list_roots_callback", _no_roots)}
+    return dict(callbacks[name] for name in capabilities)
 
 
 # ---------------------------------------------------------------- errors
@@ -673,6 +700,7 @@ async def connect(
     on_list_changed: ListChangedCallback | None = None,
     max_pages: int = DEFAULT_MAX_PAGES,
     protocol: str = DEFAULT_PROTOCOL,
+    client_capabilities: str | Iterable[str] = DEFAULT_CLIENT_CAPABILITIES,
 ) -> AsyncIterator[LiveSession]:
     """Open one initialized session to ``url``; ``timeout`` bounds the opening and each read.
 
@@ -681,12 +709,12 @@ async def connect(
     they are ``notifications/<kind>/list_changed`` messages; in the 2026-07-28 era the
     reader opens ``subscriptions/listen`` for every list whose capability announces
     ``listChanged``, and the stream's end marks the session dropped. ``headers`` go on every HTTP
-    request. When the connection fails, :meth:`LiveSession.read` (or the whole ``async
-    with`` block) raises :class:`ServerUnreachableError` and :attr:`LiveSession.dropped`
-    is set: open a new connection.
+    request. ``client_capabilities``: what the probe announces (see :data:`CLIENT_CAPABILITIES`).
+    When the connection fails, :meth:`LiveSession.read` (or the whole ``async with`` block)
+    raises :class:`ServerUnreachableError` and :attr:`LiveSession.dropped` is set: open a new connection.
     """
     wire = _Wire(url, limits)
-    options = _options(url, transport, protocol, headers, timeout, max_pages, on_list_changed)
+    options = _options(url, transport, protocol, headers, timeout, max_pages, on_list_changed, client_capabilities)
     async with _connect(wire, options) as live:
         yield live
 
@@ -699,6 +727,7 @@ class _Options:
     timeout: float
     max_pages: int
     on_list_changed: ListChangedCallback | None = None
+    client_capabilities: tuple[str, ...] = DEFAULT_CLIENT_CAPABILITIES
 
 
 @asynccontextmanager
@@ -744,13 +773,15 @@ def _options(
     timeout: float,
     max_pages: int,
     on_list_changed: ListChangedCallback | None = None,
+    client_capabilities: str | Iterable[str] = DEFAULT_CLIENT_CAPABILITIES,
 ) -> _Options:
     if protocol not in PROTOCOLS:
         raise ValueError(f"unknown protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}")
     if timeout <= 0 or max_pages < 1:
         raise ValueError("timeout must be positive and max_pages at least 1")
     resolved = resolve_transport(url, transport)
-    return _Options(resolved, protocol, dict(headers or {}), timeout, max_pages, on_list_changed)
+    return _Options(resolved, protocol, dict(headers or {}), timeout, max_pages, on_list_changed,
+                    parse_client_capabilities(client_capabilities))
 
 
 def _timed_out(wire: _Wire, timeout: float) -> ReadTimeoutError:
@@ -792,6 +823,7 @@ async def _open(stack: AsyncExitStack, wire: _Wire, options: _Options) -> LiveSe
         _TappedWriteStream(write_stream, wire),
         message_handler=handler,
         client_info=types.Implementation(name="lockstep", version=_version()),
+        **_capability_callbacks(options.client_capabilities),
     )
     await stack.enter_async_context(session)
     live = LiveSession(session, wire, timeout=options.timeout, max_pages=options.max_pages)
@@ -845,13 +877,15 @@ async def read_interface(
     limits: Limits = DEFAULT_LIMITS,
     max_pages: int = DEFAULT_MAX_PAGES,
     protocol: str = DEFAULT_PROTOCOL,
+    client_capabilities: str | Iterable[str] = DEFAULT_CLIENT_CAPABILITIES,
 ) -> ReadResult:
     """Connect, read the whole interface once, disconnect; ``timeout`` bounds it all.
 
     ``protocol``: see :data:`PROTOCOLS`; the default tries the 2026-07-28 ``server/discover`` first.
+    ``client_capabilities``: what the probe announces (see :data:`CLIENT_CAPABILITIES`; ``()`` none).
     """
     wire = _Wire(url, limits)
-    options = _options(url, transport, protocol, headers, timeout, max_pages)
+    options = _options(url, transport, protocol, headers, timeout, max_pages, None, client_capabilities)
     try:
         with anyio.fail_after(timeout):
             async with _connect(wire, options) as live:

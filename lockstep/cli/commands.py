@@ -19,7 +19,6 @@ from lockstep.cli.targets import (
     UsageError,
     is_url,
     load_document,
-    load_pinned_file,
     load_target,
     parse_headers,
     pinned_from,
@@ -51,14 +50,39 @@ def target_options(function: Any) -> Any:
         help="MCP transport (default: sse when the URL path ends in /sse, else streamable-http).",
     )(function)
     function = click.option(
+        "--client-capabilities", "client_capabilities", default=None, metavar="LIST",
+        help="Client capabilities the probe announces, comma-separated: sampling, elicitation, roots, or "
+             "'none' (default: all three, as agents announce them; verify and --add-to: the manifest's "
+             "spec.probe.clientCapabilities). A server may show more tools to a client that announces them.",
+    )(function)
+    function = click.option(
         "--ignore", "ignore", multiple=True, metavar="POINTER",
         help="JSON pointer of a volatile field to leave out of the digest, e.g. '/tools/*/_meta/ts' (repeatable).",
     )(function)
     return function
 
 
-def _load(target: str, headers: Sequence[str], timeout: float, transport: str | None) -> LoadedTarget:
-    return load_target(target, headers=parse_headers(headers), timeout=timeout, transport=transport)
+def _load(target: str, headers: Sequence[str], timeout: float, transport: str | None,
+          capabilities: tuple[str, ...] | None = None) -> LoadedTarget:
+    return load_target(target, headers=parse_headers(headers), timeout=timeout, transport=transport,
+                       client_capabilities=capabilities)
+
+
+def _capabilities(value: str | None, manifest: Any = None) -> tuple[str, ...] | None:
+    """What the probe announces: ``--client-capabilities``, else the manifest's
+    ``spec.probe.clientCapabilities`` (what the sidecar announces for it), else None (the reader's default)."""
+    from lockstep.reader import parse_client_capabilities
+
+    if value is None and isinstance(manifest, dict) and is_manifest(manifest):
+        probe = (manifest.get("spec") or {}).get("probe") or {}
+        if isinstance(probe, dict) and isinstance(probe.get("clientCapabilities"), list):
+            value = ",".join(map(str, probe["clientCapabilities"])) or "none"
+    if value is None:
+        return None
+    try:
+        return parse_client_capabilities(value)
+    except ValueError as error:
+        raise UsageError(f"--client-capabilities: {error}") from None
 
 
 def _revision(loaded: LoadedTarget, ignore: Sequence[str]) -> Revision:
@@ -84,7 +108,7 @@ def _digest_table(digest: InterfaceDigest) -> str:
 @click.option("--save", type=click.Path(dir_okay=False, writable=True), help="Also write the interface document to FILE.")
 @target_options
 def hash_command(target: str, as_json: bool, save: str | None, headers: Sequence[str], timeout: float,
-                 transport: str | None, ignore: Sequence[str]) -> None:
+                 transport: str | None, client_capabilities: str | None, ignore: Sequence[str]) -> None:
     """Print the digests of an interface (a live server or a file).
 
     \b
@@ -94,7 +118,7 @@ def hash_command(target: str, as_json: bool, save: str | None, headers: Sequence
       # digest a saved interface
       lockstep hash weather.json --json
     """
-    loaded = _load(target, headers, timeout, transport)
+    loaded = _load(target, headers, timeout, transport, _capabilities(client_capabilities))
     revision = _revision(loaded, ignore)
     if save:
         try:
@@ -152,7 +176,7 @@ def _parse_selector(values: Sequence[str]) -> dict[str, str] | None:
 def snapshot_command(target: str, name: str | None, namespace: str | None, selector: Sequence[str],
                      digests_only: bool, output: str, endpoint_port: int | None, endpoint_path: str | None,
                      add_to: str | None, headers: Sequence[str], timeout: float, transport: str | None,
-                     ignore: Sequence[str]) -> None:
+                     client_capabilities: str | None, ignore: Sequence[str]) -> None:
     """Print an MCPServerInterface that approves the interface of TARGET.
 
     \b
@@ -162,21 +186,26 @@ def snapshot_command(target: str, name: str | None, namespace: str | None, selec
       kubectl apply -f weather.yaml
       # a server whose lists depend on the caller: pin one view per identity
       lockstep snapshot http://127.0.0.1:8080/mcp --add-to weather.yaml -H 'Authorization: @admin.token'
+      # also approve the view of agents that announce no client capabilities
+      lockstep snapshot http://127.0.0.1:8080/mcp --add-to weather.yaml --client-capabilities none
     """
     if add_to is not None:
-        _add_view(add_to, target, headers, timeout, transport, ignore, digests_only)
+        _add_view(add_to, target, headers, timeout, transport, ignore, digests_only, client_capabilities)
         return
     if name is None:
         raise UsageError("--name is required (the MCPServerInterface's name), unless --add-to FILE is given")
     _check_name(name, "--name", DNS_SUBDOMAIN, 253)
     if namespace is not None:
         _check_name(namespace, "-n/--namespace", DNS_LABEL, 63)
-    loaded = _load(target, headers, timeout, transport)
+    capabilities = _capabilities(client_capabilities)
+    loaded = _load(target, headers, timeout, transport, capabilities)
     revision = _revision(loaded, ignore)
     endpoint = _endpoint_from(target, endpoint_port, endpoint_path, transport)
+    # The sidecar must announce what this snapshot's probe announced, or it reads another view.
+    probe = {"clientCapabilities": list(capabilities)} if capabilities is not None and is_url(target) else None
     manifest = build_manifest(
         revision, name=name, namespace=namespace, selector=_parse_selector(selector),
-        endpoint=endpoint, ignore=list(ignore), with_definitions=not digests_only,
+        endpoint=endpoint, ignore=list(ignore), with_definitions=not digests_only, probe=probe,
     )
     click.echo(dump_yaml(manifest) if output == "yaml" else dump_json(manifest), nl=False)
     click.echo(f"endpoint {endpoint['transport']} on port {endpoint['port']}, path {endpoint['path']}: "
@@ -184,7 +213,7 @@ def snapshot_command(target: str, name: str | None, namespace: str | None, selec
 
 
 def _add_view(path: str, target: str, headers: Sequence[str], timeout: float, transport: str | None,
-              ignore: Sequence[str], digests_only: bool) -> None:
+              ignore: Sequence[str], digests_only: bool, client_capabilities: str | None) -> None:
     """Append TARGET's interface to the manifest at ``path`` as one more approved revision."""
     manifest = load_document(path)
     pinned = pinned_from(manifest, path)
@@ -193,7 +222,8 @@ def _add_view(path: str, target: str, headers: Sequence[str], timeout: float, tr
     if ignore and list(ignore) != pinned.ignore.pointers:
         raise UsageError(f"{path}: its revisions are digested with spec.ignore {pinned.ignore.pointers}; "
                          "--ignore must be the same or left out")
-    revision = _revision(_load(target, headers, timeout, transport), pinned.ignore.pointers)
+    capabilities = _capabilities(client_capabilities, manifest)
+    revision = _revision(_load(target, headers, timeout, transport, capabilities), pinned.ignore.pointers)
     approved = manifest["spec"].setdefault("approved", [])
     if any(entry.get("digest") == revision.aggregate for entry in approved):
         click.echo(f"{path}: {revision.aggregate} is already approved ({len(approved)} revisions); unchanged",
@@ -241,7 +271,8 @@ def _findings_between(approved: Sequence[Revision], observed: Revision) -> list[
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @target_options
 def verify_command(target: str, against: str, fail_on: str, as_json: bool, headers: Sequence[str],
-                   timeout: float, transport: str | None, ignore: Sequence[str]) -> None:
+                   timeout: float, transport: str | None, client_capabilities: str | None,
+                   ignore: Sequence[str]) -> None:
     """Check that TARGET serves an approved interface (a CI gate).
 
     Exit 0 when it matches an approved revision, 1 on drift (the diff is
@@ -256,12 +287,13 @@ def verify_command(target: str, against: str, fail_on: str, as_json: bool, heade
     """
     from lockstep.core.diff import Severity, max_severity, render_json, render_text
 
-    pinned = load_pinned_file(against)
+    document = load_document(against)
+    pinned = pinned_from(document, against)
     if not pinned.revisions:
         raise UsageError(f"{against}: approves no revision")
     rules = [*pinned.ignore.pointers, *ignore]
     approved = _redigested(pinned.revisions, rules, against) if ignore else list(pinned.revisions)
-    loaded = _load(target, headers, timeout, transport)
+    loaded = _load(target, headers, timeout, transport, _capabilities(client_capabilities, document))
     observed = _revision(loaded, rules)
     matched = next((revision for revision in approved if revision.aggregate == observed.aggregate), None)
     findings = [] if matched else _findings_between(approved, observed)
@@ -294,10 +326,11 @@ class _Side:
     rules: tuple[str, ...] = ()
 
 
-def _side_of(target: str, headers: Sequence[str], timeout: float, transport: str | None) -> _Side:
+def _side_of(target: str, headers: Sequence[str], timeout: float, transport: str | None,
+             capabilities: tuple[str, ...] | None = None) -> _Side:
     """Every approved revision of a manifest, or the one interface of a URL or snapshot."""
     if is_url(target):
-        return _Side(target, [_revision(_load(target, headers, timeout, transport), ())])
+        return _Side(target, [_revision(_load(target, headers, timeout, transport, capabilities), ())])
     document = load_document(target)  # read once, whichever it turns out to be
     if not is_manifest(document):
         return _Side(target, [_revision(snapshot_from(document, target), ())])
@@ -326,8 +359,8 @@ def _redigested(revisions: Sequence[Revision], rules: Sequence[str], source: str
 @target_options
 @cluster_options
 def diff_command(old: str, new: str | None, as_json: bool, color: str, headers: Sequence[str], timeout: float,
-                 transport: str | None, ignore: Sequence[str], namespace: str | None, context: str | None,
-                 kubeconfig: str | None) -> None:
+                 transport: str | None, client_capabilities: str | None, ignore: Sequence[str],
+                 namespace: str | None, context: str | None, kubeconfig: str | None) -> None:
     """Show the drift from OLD to NEW (each a URL, a snapshot or a manifest),
     or, given one RESOURCE, the drift its pods serve in the cluster.
 
@@ -347,7 +380,9 @@ def diff_command(old: str, new: str | None, as_json: bool, color: str, headers: 
     if new is None:
         target = ClusterTarget(kubeconfig, context, namespace)
         sys.exit(diff_resource(old, target, as_json=as_json, color=_color(color)))
-    sides = [_side_of(old, headers, timeout, transport), _side_of(new, headers, timeout, transport)]
+    capabilities = _capabilities(client_capabilities)
+    sides = [_side_of(old, headers, timeout, transport, capabilities),
+             _side_of(new, headers, timeout, transport, capabilities)]
     # One set of rules for both sides: --ignore and the ignore rules of every manifest compared.
     rules = sorted({*ignore, *sides[0].rules, *sides[1].rules})
     old_revisions, new_revisions = (_redigested(side.revisions, rules, side.source) if _needs(side, rules)

@@ -181,11 +181,15 @@ def snapshot_from(document: Any, source: str) -> LoadedTarget:
         raise UsageError(f"{source}: {error}") from None
 
 
-def read_live(url: str, *, headers: Mapping[str, str], timeout: float, transport: str | None) -> LoadedTarget:
-    from lockstep.reader import ReaderError, read_interface  # the network half, imported on demand
+def read_live(url: str, *, headers: Mapping[str, str], timeout: float, transport: str | None,
+              client_capabilities: Sequence[str] | None = None) -> LoadedTarget:
+    """Read a live server; ``client_capabilities`` None announces the reader's default."""
+    from lockstep.reader import DEFAULT_CLIENT_CAPABILITIES, ReaderError, read_interface  # imported on demand
 
+    capabilities = DEFAULT_CLIENT_CAPABILITIES if client_capabilities is None else client_capabilities
     try:
-        result = asyncio.run(read_interface(url, transport=transport, headers=headers, timeout=timeout))
+        result = asyncio.run(read_interface(url, transport=transport, headers=headers, timeout=timeout,
+                                            client_capabilities=capabilities))
     except ReaderError as error:
         message = str(error) if str(error).startswith(url) else f"{url}: {error}"  # say the URL once
         raise UsageError(message + _transport_hint(message, transport)) from None
@@ -204,12 +208,14 @@ def _transport_hint(message: str, transport: str | None) -> str:
 
 
 def load_target(
-    target: str, *, headers: Mapping[str, str] | None = None, timeout: float = 10.0, transport: str | None = None
+    target: str, *, headers: Mapping[str, str] | None = None, timeout: float = 10.0, transport: str | None = None,
+    client_capabilities: Sequence[str] | None = None,
 ) -> LoadedTarget:
     """An interface from a URL (read live), a snapshot file, or a manifest: the last of its approved
     revisions that carries definitions."""
     if is_url(target):
-        return read_live(target, headers=headers or {}, timeout=timeout, transport=transport)
+        return read_live(target, headers=headers or {}, timeout=timeout, transport=transport,
+                         client_capabilities=client_capabilities)
     document = load_document(target)
     if not is_manifest(document):
         return snapshot_from(document, target)

@@ -86,9 +86,11 @@ def build_manifest(
     endpoint: Mapping[str, Any] | None = None,
     ignore: IgnoreRules | Sequence[str] | None = None,
     with_definitions: bool = True,
+    probe: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """An MCPServerInterface that approves ``revision``; the pods are selected by ``app=<name>``
-    unless a selector is given."""
+    unless a selector is given. ``probe``: ``spec.probe`` (e.g. the clientCapabilities the snapshot
+    announced), left out when None."""
     metadata: dict[str, Any] = {"name": name}
     if namespace:
         metadata["namespace"] = namespace
@@ -99,6 +101,8 @@ def build_manifest(
         "enforcement": "Isolate",
         "approval": "Manual",
     }
+    if probe:
+        spec["probe"] = dict(probe)
     if rules:
         spec["ignore"] = rules.pointers
     spec["approved"] = [revision.to_spec(with_definitions=with_definitions)]

@@ -24,6 +24,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockstep.core.capabilities import format_client_capabilities, parse_client_capabilities
+
 __all__ = [
     "DEFAULT_SIDECAR_PORT",
     "HEADERS_DIR",
@@ -107,6 +109,8 @@ class Binding:
     headers_secret: str | None = None
     #: Enforcement Quarantine: the sidecar also runs the in-line proxy on this port (``lockstep-mcp``).
     proxy_port: int | None = None
+    #: ``spec.probe.clientCapabilities``: what the probe announces (None: the sidecar's default).
+    client_capabilities: tuple[str, ...] | None = None
 
     @classmethod
     def from_interface(cls, interface: Mapping[str, Any]) -> Binding:
@@ -127,6 +131,7 @@ class Binding:
             timeout_seconds=probe_timeout(probe),
             headers_secret=headers.get("secretName") if isinstance(headers, Mapping) else None,
             proxy_port=proxy_port(spec) if spec.get("enforcement") == "Quarantine" else None,
+            client_capabilities=probe_client_capabilities(probe),
         )
 
 
@@ -144,6 +149,16 @@ STALE_INTERVALS = 3
 # timeout of 10s would refuse `probe: {interval: 5s}`. The other two follow the interval here.
 def probe_interval(probe: Mapping[str, Any]) -> float:
     return parse_duration(probe.get("interval", DEFAULT_INTERVAL))
+
+
+def probe_client_capabilities(probe: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """``spec.probe.clientCapabilities`` (None when absent: the sidecar announces its default)."""
+    if "clientCapabilities" not in probe:
+        return None
+    try:
+        return parse_client_capabilities(probe["clientCapabilities"] or [])
+    except (TypeError, ValueError) as error:
+        raise BindingError(f"spec.probe.clientCapabilities: {error}") from None
 
 
 def probe_timeout(probe: Mapping[str, Any]) -> float:
@@ -304,6 +319,8 @@ def _sidecar_env(settings: SidecarSettings, binding: Binding, mcp_port: int,
         "LOCKSTEP_HEADERS_DIR": HEADERS_DIR if binding.headers_secret else "",
         "LOCKSTEP_SIDECAR_PORT": str(port),
         "LOCKSTEP_PROXY_PORT": str(binding.proxy_port) if binding.proxy_port is not None else "",
+        "LOCKSTEP_PROBE_CLIENT_CAPABILITIES": (format_client_capabilities(binding.client_capabilities)
+                                               if binding.client_capabilities is not None else ""),
     }
     return [{"name": name, "value": value} for name, value in values.items()]
 

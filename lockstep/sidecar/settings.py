@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from lockstep.core.capabilities import DEFAULT_CLIENT_CAPABILITIES, parse_client_capabilities
+
 __all__ = ["SettingsError", "SidecarSettings"]
 
 TRANSPORTS = ("streamable-http", "sse")
@@ -36,6 +38,8 @@ class SidecarSettings:
     port: int
     #: Enforcement Quarantine: the in-line proxy's port (``lockstep-mcp``); None runs the probe only.
     proxy_port: int | None = None
+    #: What the probe announces at initialize (``spec.probe.clientCapabilities``; see docs/reader.md).
+    client_capabilities: tuple[str, ...] = DEFAULT_CLIENT_CAPABILITIES
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> SidecarSettings:
@@ -61,6 +65,7 @@ class SidecarSettings:
             headers_dir=Path(headers_dir) if headers_dir else None,
             port=int(_number(env, "LOCKSTEP_SIDECAR_PORT", 9090)),
             proxy_port=_proxy_port(env),
+            client_capabilities=_client_capabilities(env),
         )
 
     @property
@@ -82,6 +87,17 @@ class SidecarSettings:
             return {}
         return {entry.name: entry.read_text().strip() for entry in sorted(self.headers_dir.iterdir())
                 if entry.is_file() and not entry.name.startswith(".")}
+
+
+def _client_capabilities(env: Mapping[str, str]) -> tuple[str, ...]:
+    """``LOCKSTEP_PROBE_CLIENT_CAPABILITIES``: ``sampling,elicitation,roots``, ``none``; empty: the default."""
+    raw = env.get("LOCKSTEP_PROBE_CLIENT_CAPABILITIES", "").strip()
+    if not raw:
+        return DEFAULT_CLIENT_CAPABILITIES
+    try:
+        return parse_client_capabilities(raw)
+    except ValueError as error:
+        raise SettingsError(f"LOCKSTEP_PROBE_CLIENT_CAPABILITIES: {error}") from None
 
 
 def _proxy_port(env: Mapping[str, str]) -> int | None:

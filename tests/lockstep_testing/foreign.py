@@ -182,6 +182,18 @@ class TsClientView:
         """Tool name -> the tool as the client accepted it (empty when the list failed)."""
         return {t["name"]: t["tool"] for t in self.data.get("tools") or []}
 
+    def document(self) -> dict[str, Any]:
+        """What the client accepted as an interface document (instructions and the four lists), for
+        ``Interface.from_document``: the same digests as the probe's when both see the same thing."""
+        document: dict[str, Any] = {}
+        if self.data.get("instructions"):
+            document["instructions"] = self.data["instructions"]
+        for key, item in (("tools", "tool"), ("prompts", "prompt"), ("resources", "resource"),
+                          ("resourceTemplates", "template")):
+            if self.data.get(key) is not None:
+                document[key] = [entry[item] for entry in self.data[key]]
+        return document
+
     @property
     def errors(self) -> list[dict[str, str]]:
         return list(self.data["errors"])

@@ -25,7 +25,7 @@ def expected_sidecar(interface: str = "weather", port: int = 8000, interval: str
            "LOCKSTEP_OPERATOR_URL": "https://lockstep.lockstep-system.svc:8443",
            "LOCKSTEP_TOKEN_PATH": "/var/run/secrets/lockstep.dev/token",
            "LOCKSTEP_OPERATOR_CA": CA_PEM, "LOCKSTEP_HEADERS_DIR": "", "LOCKSTEP_SIDECAR_PORT": str(sidecar_port),
-           "LOCKSTEP_PROXY_PORT": ""}
+           "LOCKSTEP_PROXY_PORT": "", "LOCKSTEP_PROBE_CLIENT_CAPABILITIES": ""}
     return {
         "name": "lockstep-sidecar",
         "image": "ghcr.io/lockstep-dev/lockstep:0.1.0",

@@ -125,14 +125,14 @@ async function main() {
   }
   if (caps.prompts) {
     const prompts = await pages("prompts/list", (p) => client.listPrompts(p, opts), "prompts");
-    out.prompts = prompts && prompts.map((p) => ({ name: p.name, description: p.description ?? null }));
+    out.prompts = prompts && prompts.map((p) => ({ name: p.name, description: p.description ?? null, prompt: p }));
   }
   if (caps.resources) {
     const resources = await pages("resources/list", (p) => client.listResources(p, opts), "resources");
-    out.resources = resources && resources.map((r) => ({ uri: r.uri, name: r.name }));
+    out.resources = resources && resources.map((r) => ({ uri: r.uri, name: r.name, resource: r }));
     const templates = await pages("resources/templates/list",
       (p) => client.listResourceTemplates(p, opts), "resourceTemplates");
-    out.resourceTemplates = templates && templates.map((r) => ({ uriTemplate: r.uriTemplate, name: r.name }));
+    out.resourceTemplates = templates && templates.map((r) => ({ uriTemplate: r.uriTemplate, name: r.name, template: r }));
   }
   if (args.inflight && pendingCall) out.call = await pendingCall;
   closing = true;
