@@ -152,12 +152,18 @@ def everything_server(transport: Transport = "streamable-http") -> Iterator[Fore
 
 @contextlib.contextmanager
 def ts_server(tools: list[dict[str, Any]] | None = None, *, transport: Transport = "streamable-http",
-              sdk: Sdk = "current") -> Iterator[ForeignServer]:
-    """A TypeScript-SDK server (tests/foreign/servers/mutable.mjs) whose tools ``set_tools`` swaps."""
+              sdk: Sdk = "current", dns_rebinding_protection: bool = False) -> Iterator[ForeignServer]:
+    """A TypeScript-SDK server (tests/foreign/servers/mutable.mjs) whose tools ``set_tools`` swaps.
+
+    ``dns_rebinding_protection``: the SDK's Host/Origin check (only 127.0.0.1 / localhost of its port),
+    what the conformance scenario dns-rebinding-protection expects of a local server.
+    """
     node = node20()
     assert node, foreign_missing()
     port = free_port()
     argv = [node, "servers/mutable.mjs", "--port", str(port), "--sdk", sdk]
+    if dns_rebinding_protection:
+        argv.append("--dns-rebinding-protection")
     env = {"FOREIGN_TOOLS": json.dumps(tools)} if tools is not None else {}
     with _node_server(argv, port, "/mcp" if transport == "streamable-http" else "/sse", env) as s:
         yield s

@@ -2,6 +2,7 @@
 // An MCP server built on the official TypeScript SDK whose tools can be swapped while it runs (a rug pull).
 //
 //   node servers/mutable.mjs --port N [--sdk current|1.17] [--tools JSON]    (or env FOREIGN_TOOLS=JSON)
+//        [--dns-rebinding-protection]   the SDK's own Host/Origin check: only 127.0.0.1:N / localhost:N
 //
 // Transports, as the TypeScript SDK serves them (not as the Python SDK does):
 //   streamable HTTP   POST/GET/DELETE /mcp, stateful (Mcp-Session-Id)
@@ -60,6 +61,16 @@ function makeServer() {
   return server;
 }
 
+// DNS-rebinding protection as the SDK offers it (off by default in the SDK): a web page that rebinds
+// its own name to 127.0.0.1 sends Host/Origin of that name, which this refuses with 403.
+function rebinding() {
+  if (!args["dns-rebinding-protection"]) return {};
+  const p = httpServer.address().port;
+  return { enableDnsRebindingProtection: true,
+    allowedHosts: [`127.0.0.1:${p}`, `localhost:${p}`, `[::1]:${p}`],
+    allowedOrigins: [`http://127.0.0.1:${p}`, `http://localhost:${p}`, `http://[::1]:${p}`] };
+}
+
 const streamable = new Map();   // Mcp-Session-Id -> transport
 const legacy = new Map();       // sessionId -> SSE transport
 
@@ -93,6 +104,7 @@ const httpServer = http.createServer(async (req, res) => {
       const t = new sdk.serverStreamable.StreamableHTTPServerTransport({
         sessionIdGenerator: () => randomUUID(),
         onsessioninitialized: (id) => streamable.set(id, t),
+        ...rebinding(),
       });
       t.onclose = () => { if (t.sessionId) streamable.delete(t.sessionId); };
       await makeServer().connect(t);
