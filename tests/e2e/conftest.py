@@ -1,4 +1,5 @@
-"""End-to-end tests against a real cluster with Lockstep installed (see docs/e2e.md for kind).
+"""End-to-end tests against a real cluster with Lockstep installed (see docs/e2e.md for kind and the
+real-node tier).
 
 They run only when ``KUBECONFIG`` is set; otherwise every test in this folder is skipped with
 the reason. Fixtures: a Kubernetes API client, a check that Lockstep is installed, and a fresh
@@ -67,3 +68,27 @@ def e2e_namespace(kube_api: Any, lockstep_installed: None) -> Iterator[str]:
     finally:
         if not os.environ.get("LOCKSTEP_E2E_KEEP"):
             core.delete_namespace(name)
+
+
+@pytest.fixture
+def agent_namespace(kube_api: Any, e2e_namespace: str) -> Iterator[str]:
+    """A namespace that is not opted in, for the agents (MCP clients) that call the servers."""
+    import kubernetes
+
+    core = kubernetes.client.CoreV1Api(kube_api)
+    name = f"{e2e_namespace}-agents"
+    core.create_namespace({"metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        if not os.environ.get("LOCKSTEP_E2E_KEEP"):
+            core.delete_namespace(name)
+
+
+@pytest.fixture
+def cluster(kube_api: Any, e2e_namespace: str, agent_namespace: str) -> Any:
+    """The e2e namespaces with the API helpers of lockstep_testing.real_cluster (pods, verdicts,
+    endpoints, exec, an agent, the CLI)."""
+    from lockstep_testing.real_cluster import Cluster
+
+    return Cluster(kube_api, e2e_namespace, agent_namespace)

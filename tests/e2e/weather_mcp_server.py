@@ -40,9 +40,13 @@ async def list_tools(ctx, params):
 
 async def call_tool(ctx, params):
     city = (params.arguments or {}).get("city", "?")
-    return {"content": [{"type": "text", "text": f"{city}: sunny ({os.environ.get('HOSTNAME', '?')})"}]}
+    hints = {"resultType": "complete"} if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS else {}
+    return {"content": [{"type": "text", "text": f"{city}: sunny ({os.environ.get('HOSTNAME', '?')})"}], **hints}
 
 
+HOST = os.environ.get("HOST", "127.0.0.1")
 server = Server("e2e-weather", on_list_tools=list_tools, on_call_tool=call_tool)
-uvicorn.run(server.streamable_http_app(), host=os.environ.get("HOST", "127.0.0.1"),
-            port=int(os.environ.get("PORT", "8080")), timeout_graceful_shutdown=None)
+# The SDK's DNS-rebinding protection follows the bind address: on 127.0.0.1 only localhost Host headers
+# pass; on 0.0.0.0 (served through a Service) the Service's names do.
+uvicorn.run(server.streamable_http_app(host=HOST), host=HOST, port=int(os.environ.get("PORT", "8080")),
+            timeout_graceful_shutdown=None)
