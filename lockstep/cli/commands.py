@@ -249,7 +249,13 @@ def _check_name(value: str, option: str, pattern: re.Pattern[str], limit: int) -
 def _endpoint_source(target: str, port: int | None, path: str | None) -> str:
     given = [option for option, value in (("--endpoint-port", port), ("--endpoint-path", path)) if value is not None]
     if is_url(target):
-        return "from the URL" + (f" and {', '.join(given)}" if given else "")
+        source = "from the URL" + (f" and {', '.join(given)}" if given else "")
+        host = urlsplit(target).hostname or ""
+        if port is None and (host == "localhost" or host.startswith("127.") or host == "::1"):
+            # A loopback URL is most often `kubectl port-forward`, whose local port is not the pod's.
+            source += ("; through kubectl port-forward the pod's port differs: pass --endpoint-port "
+                       "(the container port of the MCP server)")
+        return source
     if given:
         return f"from {', '.join(given)}, the rest the defaults"
     return ("the defaults: TARGET is a file, so the pod's port and path are not known; "

@@ -20,6 +20,7 @@ from lockstep.operator.injection import (
 )
 
 from lockstep.core import Interface, InterfaceError, LockstepError
+from lockstep.core.conditions import CONDITION_TYPE, Reason
 from lockstep.core.diff import UncomparableRevisionsError, closest_revision, diff_revisions
 from lockstep.core.digest import DIGEST_PREFIX
 from lockstep.core.report import Observation
@@ -40,24 +41,8 @@ __all__ = [
     "short_digest",
 ]
 
-CONDITION_TYPE = "lockstep.dev/interface-verified"
 MESSAGE_LIMIT = 1024
 FINDINGS_IN_MESSAGE = 5
-
-
-class Reason(str, enum.Enum):
-    """The reason of the pod condition ``lockstep.dev/interface-verified``."""
-
-    VERIFIED = "Verified"
-    AUDIT = "Audit"
-    #: Enforcement Quarantine: the proxy withholds the drifted components; the pod serves the rest.
-    QUARANTINED = "Quarantined"
-    INTERFACE_CHANGED = "InterfaceChanged"
-    INTERFACE_INVALID = "InterfaceInvalid"
-    NOT_APPROVED = "NotApproved"
-    REPORT_STALE = "ReportStale"
-    SERVER_UNREACHABLE = "ServerUnreachable"
-    CONFLICT = "Conflict"
 
 
 class PodState(str, enum.Enum):

@@ -132,3 +132,17 @@ async def test_context_and_namespace_choose_where_to_read(cluster, clean):
     assert (await cluster.lockstep("diff", "weather", "--context", "staging", "-n", "agents")).exit_code == 0
     unknown = await cluster.lockstep("diff", "weather", "--context", "prod")
     assert unknown.exit_code == 2 and "prod" in unknown.stderr and unknown.stderr.startswith("error: kubeconfig")
+
+
+async def test_a_pod_held_out_before_the_status_shows_its_revision_is_drift(cluster, clean):
+    """The operator writes the pod's condition at once and the resource's status within seconds: in
+    between, `lockstep diff` must not say 'nothing observed' and exit 0 while the pod is NotReady."""
+    await cluster.put(interface_manifest(clean))  # no status yet
+    cluster.emulator.objects["v1/pods", "agents", "weather-0"] = {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "weather-0", "namespace": "agents",
+                                                        "labels": {"app": "weather"}},
+        "status": {"conditions": [{"type": "lockstep.dev/interface-verified", "status": "False",
+                                   "reason": "InterfaceChanged"}]}}
+    result = await cluster.lockstep("diff", "weather")
+    assert result.exit_code == 1, result.output
+    assert "pod weather-0 is held out (InterfaceChanged)" in result.stdout and "run this again" in result.stdout

@@ -91,3 +91,14 @@ def test_a_duplicate_tool_name_on_the_wire_is_exit_2(invoke, write):
     with serve_mcp_in_thread(server) as handle:
         result = invoke("hash", handle.url)
     assert result.exit_code == 2 and "duplicate tool name 'tool_0'" in result.stderr
+
+
+def test_a_loopback_snapshot_says_that_a_port_forward_port_is_not_the_pods(invoke):
+    """Through `kubectl port-forward` the URL carries the local port; the manifest needs the pod's."""
+    with serve_mcp_in_thread(make_mcpserver()) as handle:
+        plain = invoke("snapshot", handle.url, "--name", "weather")
+        given = invoke("snapshot", handle.url, "--name", "weather", "--endpoint-port", "8080")
+    assert plain.exit_code == 0 and given.exit_code == 0
+    assert "port-forward" in plain.stderr and "--endpoint-port" in plain.stderr
+    assert "port-forward" not in given.stderr
+    assert yaml.safe_load(given.stdout)["spec"]["endpoint"]["port"] == 8080

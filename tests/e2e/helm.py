@@ -115,6 +115,16 @@ def uninstall(args: argparse.Namespace) -> None:
     print(f'release "{args.release}" uninstalled')
 
 
+def duration(text: str) -> float:
+    """A Go duration as helm's --timeout takes it (300s, 5m, 1m30s), or plain seconds."""
+    import re
+    parts = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?", text)
+    if parts and any(parts.groups()):
+        hours, minutes, seconds = (float(group or 0) for group in parts.groups())
+        return hours * 3600 + minutes * 60 + seconds
+    return float(text)
+
+
 def _namespaced(obj: dict[str, Any]) -> bool:
     return obj["kind"] not in {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
                                "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
@@ -133,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         command.add_argument("-n", "--namespace", default="default")
         command.add_argument("--set", action="append", default=[])
         command.add_argument("--wait", action="store_true")
-        command.add_argument("--timeout", type=float, default=300.0)
+        command.add_argument("--timeout", type=duration, default=300.0, help="e.g. 300s or 5m (as helm)")
         if name == "install":
             command.add_argument("--create-namespace", action="store_true")
     args = parser.parse_args(argv)

@@ -1,0 +1,30 @@
+"""The pod condition Lockstep owns: its type and reasons, for the operator that writes it and the CLI that
+reads it."""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["CONDITION_TYPE", "DRIFT_REASONS", "Reason"]
+
+#: The pod readiness gate and condition type.
+CONDITION_TYPE = "lockstep.dev/interface-verified"
+
+
+class Reason(str, enum.Enum):
+    """The reason of the pod condition ``lockstep.dev/interface-verified``."""
+
+    VERIFIED = "Verified"
+    AUDIT = "Audit"
+    #: Enforcement Quarantine: the proxy withholds the drifted components; the pod serves the rest.
+    QUARANTINED = "Quarantined"
+    INTERFACE_CHANGED = "InterfaceChanged"
+    INTERFACE_INVALID = "InterfaceInvalid"
+    NOT_APPROVED = "NotApproved"
+    REPORT_STALE = "ReportStale"
+    SERVER_UNREACHABLE = "ServerUnreachable"
+    CONFLICT = "Conflict"
+
+
+#: Reasons of a pod held out because it serves an interface that is not approved.
+DRIFT_REASONS = frozenset({Reason.INTERFACE_CHANGED.value, Reason.NOT_APPROVED.value})
