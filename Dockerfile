@@ -6,27 +6,41 @@
 # The base is pinned by version tag (Python 3.11.7 on Debian 12 "bookworm", slim variant), not by
 # digest: a digest pin would be stronger but cannot be verified from this repository's CI, which has
 # no container engine. Pin the digest in your own build pipeline if you need reproducible layers.
+# `make image` builds this same file without docker (buildah) on a base made from Debian's own
+# python3 packages, passed as --build-arg PYTHON_IMAGE: so every step calls `python3` and installs
+# into a venv (Debian's python3 has no `python`/`pip` commands and is externally managed, PEP 668).
 ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
 
-# Stage 1: build the wheel. Build tools live only here.
+# Stage 1: build the wheel and install it, with the runtime dependencies its metadata names, into the
+# venv /opt/lockstep. Build tools (the `build` package, pip, setuptools, pip's cache) stay in this stage.
 FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
-RUN pip install --no-cache-dir "build>=1.0"
-COPY pyproject.toml README.md ./
+RUN --mount=type=cache,target=/root/.cache/pip \
+    python3 -m venv /opt/build \
+    && /opt/build/bin/pip install "build>=1.0" \
+    && python3 -m venv --without-pip /opt/lockstep \
+    && groupadd --system --gid 65532 lockstep \
+    && useradd --system --uid 65532 --gid 65532 --no-create-home --shell /usr/sbin/nologin lockstep
+# The runtime dependencies first, from pyproject.toml alone, so that a change to the code reuses this layer.
+COPY pyproject.toml ./
+RUN --mount=type=cache,target=/root/.cache/pip \
+    python3 -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"], sep="\n")' \
+        > /tmp/requirements.txt \
+    && /opt/build/bin/pip --python /opt/lockstep/bin/python install -r /tmp/requirements.txt
+COPY README.md ./
 COPY lockstep/ lockstep/
-RUN python -m build --wheel --outdir /dist .
+RUN --mount=type=cache,target=/root/.cache/pip \
+    /opt/build/bin/python -m build --wheel --outdir /dist . \
+    && /opt/build/bin/pip --python /opt/lockstep/bin/python install /dist/*.whl
 
-# Stage 2: the runtime. Only the wheel and its runtime dependencies (resolved from the wheel's
-# metadata) are installed; no compiler, no pip cache, no source tree.
+# Stage 2: the runtime. Only the venv and the user's passwd/group entries are copied (both stages have
+# the same base); no RUN, so no compiler, no pip, no build package, no source tree, no build-time mounts.
 FROM ${PYTHON_IMAGE} AS runtime
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
-COPY --from=build /dist/*.whl /tmp/wheels/
-RUN pip install --no-cache-dir /tmp/wheels/*.whl \
-    && rm -rf /tmp/wheels \
-    && groupadd --system --gid 65532 lockstep \
-    && useradd --system --uid 65532 --gid 65532 --no-create-home --shell /usr/sbin/nologin lockstep
+    PATH=/opt/lockstep/bin:$PATH
+COPY --from=build /etc/passwd /etc/group /etc/
+COPY --from=build /opt/lockstep /opt/lockstep
 # Numeric uid so that Kubernetes' runAsNonRoot can verify it without reading /etc/passwd.
 USER 65532:65532
 WORKDIR /tmp

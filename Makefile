@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 
-.PHONY: setup demo test bench fuzz clean
+.PHONY: setup demo test bench fuzz image clean
 
 setup: $(VENV)/.installed
 
@@ -52,6 +52,9 @@ fuzz: setup  ## coverage-guided fuzzing (atheris), FUZZ_SECONDS per target; cras
 		$(BIN)/python fuzz/run.py $$target -max_total_time=$(FUZZ_SECONDS) -max_len=8192 \
 			-artifact_prefix=fuzz/crashes/$$target- || exit 1; \
 	done
+
+image:  ## the product image from ./Dockerfile, without docker (buildah on a Debian base; root): dist/lockstep-oci.tar
+	tools/image/build.sh
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .hypothesis

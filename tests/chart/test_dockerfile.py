@@ -1,5 +1,6 @@
-"""The Dockerfile, checked without a container engine: a pinned slim base, a wheel built in one stage and
-installed alone in the other, a numeric non-root user, the `lockstep` console script as entrypoint, and
+"""The Dockerfile, checked without a container engine: a pinned slim base that `make image` swaps for a
+Debian one, a wheel built and installed into a venv in one stage and only that venv copied to the other,
+a numeric non-root user, the `lockstep` console script as entrypoint, and
 a build context (after .dockerignore) that really builds a wheel holding every runtime dependency."""
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from lockstep.operator.injection import NONROOT_ID
 from lockstep_testing.chart_render import REPO, Render
 
 DOCKERFILE = REPO / "Dockerfile"
+BUILD_SCRIPT = REPO / "tools" / "image" / "build.sh"
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 BUILD_TOOLS = re.compile(r"\b(gcc|g\+\+|clang|make|build-essential|python3?-dev|libc6-dev|cargo|rustc)\b")
 
@@ -69,21 +71,56 @@ def test_two_stages_on_a_slim_python_pinned_by_full_version(stages: list[Stage])
     assert tuple(int(x) for x in re.findall(r"\d+", stages[-1].base)[:2]) >= minimum[:2]
 
 
-def test_the_first_stage_builds_a_wheel(stages: list[Stage]) -> None:
-    assert any("-m build --wheel" in run for run in stages[0].all("RUN"))
+def test_both_stages_take_the_base_from_the_build_argument_make_image_sets() -> None:
+    """`make image` replaces the base of both stages with one made from Debian's packages; the runtime
+    copies the build stage's /etc/passwd, so the two must stay one base."""
+    froms = re.findall(r"^FROM\s+(\S+)", DOCKERFILE.read_text(), re.MULTILINE)
+    assert froms == ["${PYTHON_IMAGE}", "${PYTHON_IMAGE}"]
+    assert re.search(r"^ARG PYTHON_IMAGE=", DOCKERFILE.read_text(), re.MULTILINE)
+    assert '--build-arg PYTHON_IMAGE="$BASE_IMAGE"' in BUILD_SCRIPT.read_text()
+    assert "-f Dockerfile" in BUILD_SCRIPT.read_text()
 
 
-def test_the_final_stage_installs_only_the_wheel_and_no_build_tools(stages: list[Stage]) -> None:
-    final = stages[-1]
-    copies = final.all("COPY")
-    assert copies and all(c.startswith(f"--from={stages[0].name} ") and ".whl" in c for c in copies), copies
-    runs = " ".join(final.all("RUN"))
-    installs = re.findall(r"pip install ([^&;]+)", runs)
-    assert installs, "the final stage must pip install the wheel"
-    for install in installs:
+def test_every_step_runs_on_both_bases(stages: list[Stage]) -> None:
+    """Debian's own python3 has no `python` or `pip` command and refuses pip installs outside a venv
+    (PEP 668): steps call python3 and pip through venvs only."""
+    for stage in stages:
+        for run in stage.all("RUN"):
+            assert not re.search(r"(^|[\s;&|(])(python|pip|pip3)\s", run), run
+            for pip in re.findall(r"(\S*pip)\s+(?:--python \S+ )?install", run):
+                assert pip.startswith("/opt/build/bin/"), run
+
+
+def test_the_first_stage_builds_a_wheel_and_installs_it_into_the_runtime_venv(stages: list[Stage]) -> None:
+    runs = stages[0].all("RUN")
+    assert any("-m build --wheel --outdir /dist" in run for run in runs)
+    into_runtime = [m for run in runs for m in re.findall(r"--python /opt/lockstep/bin/python install ([^&;]+)", run)]
+    assert into_runtime, "nothing is installed into /opt/lockstep"
+    for install in into_runtime:
         targets = [t for t in install.split() if not t.startswith("-")]
-        assert targets and all(t.endswith(".whl") for t in targets), install
-    assert "apt-get install" not in runs and not BUILD_TOOLS.search(runs)
+        assert targets == ["/dist/*.whl"] or install.split() == ["-r", "/tmp/requirements.txt"], install
+    # the `build` package goes into the build venv only
+    assert all("/opt/lockstep" not in m for run in runs for m in re.findall(r"install [^&;]*build>=", run))
+
+
+def test_the_dependencies_installed_before_the_code_are_the_projects(stages: list[Stage]) -> None:
+    """The layer of dependencies, cached across code changes, comes from pyproject.toml alone: its
+    one-liner, run here, must print exactly the project's dependencies."""
+    (snippet,) = [m for run in stages[0].all("RUN") for m in re.findall(r"python3 -c '([^']+)'", run)]
+    printed = subprocess.run([sys.executable, "-c", snippet], cwd=REPO, capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+    assert printed == PYPROJECT["project"]["dependencies"]
+
+
+def test_the_final_stage_copies_only_the_venv_and_the_user_and_runs_nothing(stages: list[Stage]) -> None:
+    final = stages[-1]
+    assert not final.all("RUN"), "a RUN in the final stage would also see make image's build-time mounts"
+    copies = final.all("COPY")
+    assert sorted(copies) == sorted([f"--from={stages[0].name} /etc/passwd /etc/group /etc/",
+                                     f"--from={stages[0].name} /opt/lockstep /opt/lockstep"]), copies
+    (env,) = final.all("ENV")
+    assert re.search(r"\bPATH=/opt/lockstep/bin:\$PATH\b", env), env
+    assert not BUILD_TOOLS.search(" ".join(arg for _, arg in final.instructions))
 
 
 def test_the_final_stage_runs_as_the_numeric_non_root_user_the_sidecar_and_chart_expect(stages: list[Stage], render: Render) -> None:
@@ -94,6 +131,8 @@ def test_the_final_stage_runs_as_the_numeric_non_root_user_the_sidecar_and_chart
     assert int(uid) == NONROOT_ID  # the injected sidecar's runAsUser
     deployment = next(o for o in render() if o["kind"] == "Deployment")
     assert deployment["spec"]["template"]["spec"]["securityContext"]["runAsUser"] == int(uid)
+    useradd = " ".join(stages[0].all("RUN"))
+    assert f"--uid {uid} " in useradd and f"--gid {gid or uid} " in useradd  # its /etc/passwd entry
     last_user = max(i for i, (kw, _) in enumerate(stages[-1].instructions) if kw == "USER")
     assert all(kw != "RUN" for kw, _ in stages[-1].instructions[last_user:]), "RUN after USER would run as non-root"
 
