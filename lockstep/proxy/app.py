@@ -1,21 +1,30 @@
 """``lockstep proxy``: an MCP-aware reverse proxy that lets only approved interface reach clients.
 
-Every request goes to the same path on the upstream origin, with its headers (``Host``
-becomes the upstream's; hop-by-hop headers are the connection's own). Every response
-comes back with its status and headers, byte for byte, except for what the
-:class:`~lockstep.proxy.policy.InterfacePolicy` withholds:
+Every request goes to the same path on the upstream origin, with its headers (``Host`` is the
+client's on a loopback listener, so that the server's own DNS-rebinding check still sees it, else
+the upstream's, or ``upstream_host``; hop-by-hop headers are the connection's own). The listener
+refuses a ``Host`` or ``Origin`` its :class:`~lockstep.proxy.listener.HostPolicy` does not allow.
 
-- ``application/json`` bodies are read whole (up to the limit) and judged;
-- ``text/event-stream`` bodies (the POST streams of streamable HTTP, its GET stream,
-  ``subscriptions/listen``, the legacy SSE transport's stream) are cut into events; an
-  event is judged and flushed as soon as it is whole, and every other event, comment and
-  priming event goes out as received;
-- anything else streams through untouched.
+Every successful answer is read the way the most lenient client in use reads it (the official
+TypeScript SDK's: it takes a response for ANY of its pending ids from any body it parses, a JSON
+array as a batch, and before 1.18 any Content-Type that merely *contains* ``application/json`` or
+``text/event-stream``, two headers joined by fetch included), and every JSON-RPC response in it,
+whatever its id, is judged by the :class:`~lockstep.proxy.policy.InterfacePolicy`:
+
+- a POST answer whose Content-Type contains ``application/json`` is read whole (up to the
+  limit), parsed (a batch array element by element), judged and re-serialised, and sent as
+  ``application/json``: the client parses exactly what was judged;
+- one whose Content-Type contains ``text/event-stream`` (the POST streams of streamable HTTP),
+  and every GET answer (its GET stream, which the TypeScript client reads whatever its type, the
+  legacy SSE transport's stream), is cut into events; an event is judged and flushed as soon as it
+  is whole, and every other event, comment and priming event goes out as received;
+- anything else, and every error status and 202, streams through untouched (no client parses
+  it as a message; the 400/404/405 bodies clients detect protocol eras from stay as they were).
 
 A compressed upstream body is decoded before it is judged (and sent on decoded, without
-``Content-Encoding``). What cannot be judged fails closed: a body or event over the limit,
-or a list answer that is not JSON, is refused unless the request was known to be neither
-an interface read nor unknown.
+``Content-Encoding``). What cannot be judged fails closed: a JSON answer over the limit or that
+does not parse is refused with a JSON-RPC error, on every exchange; an event over the limit or
+nested too deep to parse ends its stream; an interface read answered as anything else is refused.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qsl, unquote, urljoin, urlsplit
 
 import aiohttp
 from aiohttp import web
@@ -35,6 +44,7 @@ from mcp_types import CLIENT_INFO_META_KEY
 from opentelemetry import trace
 
 from lockstep.core.gate import ComponentGate
+from lockstep.proxy.listener import HostPolicy, is_loopback
 from lockstep.proxy.metrics import ProxyMetrics
 from lockstep.proxy.policy import (
     INTERFACE_METHODS,
@@ -47,7 +57,7 @@ from lockstep.proxy.policy import (
 )
 from lockstep.proxy.sse import EventSplitter, EventTooLargeError, SseEvent, parse_event, replace_data
 
-__all__ = ["DEFAULT_MAX_BODY", "ProxyApp", "ProxyConfigError", "serve_proxy"]
+__all__ = ["DEFAULT_MAX_BODY", "HOST_REFUSED_CODE", "ProxyApp", "ProxyConfigError", "UnjudgedError", "serve_proxy"]
 
 logger = logging.getLogger("lockstep.proxy")
 tracer = trace.get_tracer("lockstep.proxy")
@@ -58,6 +68,8 @@ DEFAULT_MAX_BODY = 16 * 1024 * 1024
 _HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
                          "upgrade", "host", "content-length"})
 _RESPONSE_DROPPED = _HOP_BY_HOP | {"content-encoding"}
+#: JSON-RPC error of a request refused by Host or Origin (the code the MCP SDKs use for theirs).
+HOST_REFUSED_CODE = -32000
 #: Client names kept as metric labels; later ones are counted as "other".
 MAX_CLIENT_LABELS = 20
 #: Sessions remembered (their client name, or their legacy SSE stream).
@@ -68,6 +80,15 @@ class ProxyConfigError(ValueError):
     """An upstream URL the proxy cannot use."""
 
 
+#: A legacy SSE endpoint URL: its path and its query parameters (in any order).
+_EndpointKey = tuple[str, frozenset[tuple[str, str]]]
+
+
+def _endpoint_key(url: str) -> _EndpointKey:
+    parts = urlsplit(url)
+    return unquote(parts.path) or "/", frozenset(parse_qsl(parts.query, keep_blank_values=True))
+
+
 @dataclass
 class _Exchange:
     """One HTTP request's JSON-RPC context: who asks, and which method each pending id is."""
@@ -75,8 +96,8 @@ class _Exchange:
     principal: str
     client: str
     methods: dict[Any, str]
-    #: The legacy SSE transport's ``session_id`` (its POSTs are answered on the GET stream).
-    legacy_session: str = ""
+    #: The URL this request was sent to, as a legacy SSE endpoint (its POSTs are answered on the GET stream).
+    legacy_endpoint: _EndpointKey | None = None
 
     @property
     def asks_interface(self) -> bool:
@@ -105,7 +126,7 @@ class _Pending(dict[Any, str]):
 class _LegacyStream:
     """One legacy SSE session's GET stream: answers to its POSTs, and refusals the proxy adds."""
 
-    session_id: str
+    endpoint: _EndpointKey
     response: web.StreamResponse
     exchange: _Exchange
     methods: _Pending = field(default_factory=_Pending)
@@ -126,12 +147,20 @@ class ProxyApp:
 
     def __init__(self, upstream: str, gate: ComponentGate, mode: Mode = Mode.QUARANTINE, *,
                  on_finding: Callable[[Finding], None] | None = None, metrics: ProxyMetrics | None = None,
-                 max_body: int = DEFAULT_MAX_BODY) -> None:
+                 max_body: int = DEFAULT_MAX_BODY, allowed_hosts: list[str] | None = None,
+                 allowed_origins: list[str] | None = None, upstream_host: str | None = None) -> None:
         parts = urlsplit(upstream)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ProxyConfigError(f"--upstream must be an http(s) URL such as http://127.0.0.1:8080/mcp, "
                                    f"not {upstream!r}")
         self.upstream_origin = f"{parts.scheme}://{parts.netloc}"
+        self._upstream_netloc = parts.netloc
+        #: Lists given (None: the default of the listener, see :meth:`listening_on`).
+        self._allowed = (allowed_hosts, allowed_origins)
+        self.hosts = HostPolicy.of(allowed_hosts, allowed_origins)
+        #: The Host sent upstream (None: the client's).
+        self.upstream_host = upstream_host
+        self._upstream_host_given = upstream_host is not None
         self.policy = InterfacePolicy(gate, mode, on_finding=self._found)
         self.metrics = metrics or ProxyMetrics()
         self.max_body = max_body
@@ -139,7 +168,17 @@ class ProxyApp:
         self._clients: dict[str, str] = {}  # session id -> client name (the 2025 handshake names it once)
         self._client_labels: set[str] = set()
         self._session: aiohttp.ClientSession | None = None
-        self._legacy: dict[str, _LegacyStream] = {}
+        self._legacy: dict[_EndpointKey, _LegacyStream] = {}
+
+    def listening_on(self, host: str, port: int) -> None:
+        """The listener's address decides the defaults: on loopback (a desktop) DNS-rebinding protection
+        is on (the MCP SDKs' allowed names with this port) and the client's Host goes upstream; on any
+        other address (the sidecar's, which clients reach by Service names and pod IPs) there is no
+        check, and the upstream's own host:port goes upstream (a server bound to 127.0.0.1 with the
+        SDK's protection refuses a Service name)."""
+        self.hosts = HostPolicy.for_listener(host, port, *self._allowed)
+        if not self._upstream_host_given:
+            self.upstream_host = None if is_loopback(host) else self._upstream_netloc
 
     def _found(self, finding: Finding) -> None:
         self.metrics.finding(finding, self._client_label(finding.client))
@@ -179,13 +218,23 @@ class ProxyApp:
     # ------------------------------------------------------------ requests
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.metrics.requests.labels(request.method).inc()
+        refusal = self.hosts.refusal(request.headers.get("Host"), request.headers.get("Origin"))
+        if refusal is not None:
+            self.metrics.refused_hosts.inc()
+            logger.warning(json.dumps({"event": "lockstep.refused", "reason": refusal,
+                                       "method": request.method, "path": request.path}))
+            return _jsonrpc_response({"jsonrpc": "2.0", "id": None, "error": {
+                "code": HOST_REFUSED_CODE, "message": f"lockstep proxy: {refusal}"}}, status=403)
         body = await request.read()
         exchange, messages = self._exchange(request, body)
-        self.metrics.requests.labels(request.method).inc()
+        legacy = self._legacy.get(exchange.legacy_endpoint) if exchange.legacy_endpoint else None
         if isinstance(messages, list):
+            if legacy is not None:  # the legacy SSE transport answers on its GET stream, never in the POST
+                await legacy.write(_event_bytes(BATCH_REFUSAL))
+                return web.Response(status=202, text="Accepted")
             return _jsonrpc_response(BATCH_REFUSAL, status=400)
         decision = self.policy.decide_call(messages, exchange.principal, exchange.client)
-        legacy = self._legacy.get(exchange.legacy_session)
         if decision is not None and decision.error is not None:
             self.metrics.calls.labels("refused").inc()
             if legacy is not None:  # the legacy SSE transport answers on its GET stream, never in the POST
@@ -215,7 +264,8 @@ class ProxyApp:
 
     def _exchange(self, request: web.Request, body: bytes) -> tuple[_Exchange, Any]:
         principal = principal_of(request.headers.get("Authorization"))
-        session_id = request.headers.get("Mcp-Session-Id") or request.query.get("session_id") or ""
+        session_id = (request.headers.get("Mcp-Session-Id") or request.query.get("session_id")
+                      or request.query.get("sessionId") or "")
         messages: Any = None
         if request.method == "POST" and body:
             try:
@@ -227,7 +277,8 @@ class ProxyApp:
         for message in messages if isinstance(messages, list) else [messages]:
             if isinstance(message, dict) and isinstance(message.get("method"), str) and "id" in message:
                 methods[_id_key(message["id"])] = message["method"]
-        return _Exchange(principal, client, methods, request.query.get("session_id", "")), messages
+        legacy = _endpoint_key(request.raw_path) if request.method == "POST" and self._legacy else None
+        return _Exchange(principal, client, methods, legacy), messages
 
     def _client_name(self, message: Any, session_id: str) -> str:
         params = message.get("params") if isinstance(message, dict) else None
@@ -260,6 +311,9 @@ class ProxyApp:
     async def _forward(self, request: web.Request, body: bytes, exchange: _Exchange) -> web.StreamResponse:
         assert self._session is not None, "the proxy's client session is not open"
         headers = [(name, value) for name, value in request.headers.items() if name.lower() not in _HOP_BY_HOP]
+        host = self.upstream_host if self.upstream_host is not None else request.headers.get("Host")
+        if host:
+            headers.append(("Host", host))
         url = self.upstream_origin + request.raw_path
         started = time.perf_counter()
         try:
@@ -271,39 +325,78 @@ class ProxyApp:
         async with upstream:
             self.metrics.upstream_seconds.observe(time.perf_counter() - started)
             self._remember_client(upstream.headers.get("Mcp-Session-Id"), exchange.client)
-            content_type = upstream.headers.get("Content-Type", "").lower()
-            if content_type.startswith("application/json"):
+            content_types = upstream.headers.getall("Content-Type", [])
+            # What the most lenient client reads as a message: fetch joins repeated headers with ", ",
+            # and the TypeScript SDK before 1.18 tests the result for a substring.
+            joined = ", ".join(content_types).lower()
+            if not 200 <= upstream.status < 300 or upstream.status == 202:
+                return await self._passthrough(request, upstream)  # no client parses these as messages
+            if request.method == "GET" or "text/event-stream" in joined:
+                # The TypeScript client reads a GET stream as events whatever its Content-Type.
+                exact = len(content_types) == 1 and _essence(content_types[0]) == "text/event-stream"
+                return await self._events(request, upstream, exchange,
+                                          normalise=request.method != "GET" and not exact)
+            if "application/json" in joined:
                 return await self._json(request, upstream, exchange)
-            if content_type.startswith("text/event-stream"):
-                return await self._events(request, upstream, exchange)
             if exchange.asks_interface and upstream.status == 200:
                 # An interface read answered as something the proxy does not judge: a client may parse it.
-                return self._refuse_unjudged(exchange, f"an answer of Content-Type {content_type[:60]!r}")
+                return self._refuse_unjudged(exchange, f"an answer of Content-Type {joined[:60]!r}")
             return await self._passthrough(request, upstream)
 
     async def _json(self, request: web.Request, upstream: aiohttp.ClientResponse,
                     exchange: _Exchange) -> web.StreamResponse:
+        """The answer parsed, judged and re-serialised: what the client parses is what was judged."""
         body, complete = await _read_limited(upstream, self.max_body)
         if not complete:
-            if exchange.bears_interface:
-                return self._refuse_unjudged(exchange, f"an answer larger than {self.max_body} bytes")
-            return await self._passthrough(request, upstream, head=body)  # a call's large result
+            return self._refuse_unjudged(exchange, f"an answer larger than {self.max_body} bytes")
         try:
-            replacement = self._judge_text(body, exchange)
-        except ValueError:
-            if exchange.asks_interface:
-                return self._refuse_unjudged(exchange, "an answer that is not JSON")
-            replacement = None
-        if replacement is not None:
-            body = replacement.encode()
+            body = self.normalise_json(body, exchange)
+        except UnjudgedError as error:
+            return self._refuse_unjudged(exchange, str(error))
         response = web.Response(status=upstream.status, reason=upstream.reason, body=body)
-        _copy_headers(upstream, response)
+        _copy_headers(upstream, response, _RESPONSE_DROPPED | {"content-type"})
+        response.headers["Content-Type"] = "application/json"
         return response
 
+    def normalise_json(self, body: bytes, exchange: _Exchange) -> bytes:
+        """A JSON answer body as the proxy sends it on: every message in it (one, or each element of an
+        array) judged, then the whole re-serialised. UnjudgedError when it cannot be judged.
+
+        The body is decoded as fetch's ``Response.json()`` decodes it (UTF-8, bad bytes replaced, a BOM
+        dropped). Where an answer may bear interface, a key given twice is refused: parsers disagree on
+        which one wins (elsewhere the re-serialised message has the one the proxy judged)."""
+        text = body.decode("utf-8", "replace")
+        if text.startswith("\ufeff"):
+            text = text[1:]
+        message = self._parse(text, exchange)
+        if isinstance(message, list):
+            judged: Any = [self._judged(item, exchange) for item in message]
+        else:
+            judged = self._judged(message, exchange)
+        return _dumps(judged)
+
+    def _parse(self, text: str, exchange: _Exchange) -> Any:
+        strict = exchange.bears_interface or isinstance(exchange.methods, _Pending)
+        try:
+            return json.loads(text, object_pairs_hook=_unique_keys if strict else None)
+        except _DuplicateKeyError as duplicate:
+            raise UnjudgedError(f"an answer with the key {duplicate} twice") from None
+        except RecursionError:
+            raise UnjudgedError("an answer nested too deep to parse") from None
+        except ValueError:
+            raise UnjudgedError("an answer that is not JSON") from None
+
+    def _judged(self, message: Any, exchange: _Exchange) -> Any:
+        replacement = self._filter(message, exchange)
+        return message if replacement is None else replacement
+
     async def _events(self, request: web.Request, upstream: aiohttp.ClientResponse,
-                      exchange: _Exchange) -> web.StreamResponse:
+                      exchange: _Exchange, normalise: bool = False) -> web.StreamResponse:
         response = _response_like(upstream)
         response.headers["X-Accel-Buffering"] = "no"
+        if normalise:  # the proxy read it as an event stream: so will every client
+            response.headers.popall("Content-Type", None)
+            response.headers["Content-Type"] = "text/event-stream"
         await response.prepare(request)
         splitter = EventSplitter(self.max_body)
         legacy: _LegacyStream | None = None
@@ -312,11 +405,11 @@ class ProxyApp:
                 for raw in splitter.feed(chunk):
                     event = parse_event(raw)
                     if event.event == "endpoint" and event.data and legacy is None:
-                        legacy, raw = self._legacy_stream(event, raw, response, exchange)
+                        legacy, raw = self._legacy_stream(request, event, raw, response, exchange)
                         await response.write(raw)
                         continue
                     await response.write(self._event(event, exchange))
-        except EventTooLargeError as error:
+        except (EventTooLargeError, UnjudgedError) as error:
             # The rest of this stream cannot be judged: end it (the client sees a dropped stream).
             logger.warning("closing an event stream from %s: %s", self.upstream_origin, error)
             self.metrics.unjudged.inc()
@@ -325,25 +418,27 @@ class ProxyApp:
             logger.info("the upstream stream ended: %s", error)
         finally:
             if legacy is not None:
-                self._legacy.pop(legacy.session_id, None)
+                self._legacy.pop(legacy.endpoint, None)
         with contextlib.suppress(ConnectionError):
             await response.write(splitter.rest())
             await response.write_eof()
         return response
 
-    def _legacy_stream(self, event: SseEvent, raw: bytes, response: web.StreamResponse,
+    def _legacy_stream(self, request: web.Request, event: SseEvent, raw: bytes, response: web.StreamResponse,
                        exchange: _Exchange) -> tuple[_LegacyStream | None, bytes]:
-        """The legacy SSE transport's first event names the URL to POST to: keep it on this proxy."""
+        """The legacy SSE transport's first event names the URL to POST to: keep it on this proxy, and take
+        it as the truth for which session a POST belongs to (the Python SDK says ``?session_id=``, the
+        TypeScript SDK ``?sessionId=``; a server may say anything)."""
         endpoint = event.data or ""
         if endpoint.startswith(self.upstream_origin):
             endpoint = endpoint[len(self.upstream_origin):] or "/"
             raw = replace_data(raw, endpoint)
-        session_id = parse_qs(urlsplit(endpoint).query).get("session_id", [""])[0]
-        if not session_id or len(self._legacy) >= MAX_SESSIONS:
-            return None, raw
-        legacy = _LegacyStream(session_id, response, exchange)
+        if "://" in endpoint or endpoint.startswith("//") or len(self._legacy) >= MAX_SESSIONS:
+            return None, raw  # POSTs go elsewhere: not through this proxy
+        key = _endpoint_key(urljoin(request.path, endpoint))
+        legacy = _LegacyStream(key, response, exchange)
         exchange.methods = legacy.methods  # the answers to this session's POSTs arrive here
-        self._legacy[session_id] = legacy
+        self._legacy[key] = legacy
         return legacy, raw
 
     def _event(self, event: SseEvent, exchange: _Exchange) -> bytes:
@@ -353,6 +448,9 @@ class ProxyApp:
             return raw
         try:
             replacement = self._judge_text(event.data, exchange)
+        except RecursionError:
+            # A client's parser may go deeper than the proxy's: what it cannot parse it cannot pass.
+            raise UnjudgedError("an event nested too deep to parse") from None
         except ValueError:
             return raw  # not JSON: not a message any client takes
         return raw if replacement is None else replace_data(raw, replacement)
@@ -367,11 +465,16 @@ class ProxyApp:
             message = json.loads(text, object_pairs_hook=_unique_keys if strict else None)
         except _DuplicateKeyError as duplicate:
             message = json.loads(text)
-            if not (isinstance(message, dict) and "result" in message):
-                return None  # a request or notification: not interface
-            return json.dumps(self._unjudged(message.get("id"), f"an answer with the key {duplicate} twice"))
+            if isinstance(message, list) or (isinstance(message, dict) and "result" in message):
+                request_id = message.get("id") if isinstance(message, dict) else None
+                return json.dumps(self._unjudged(request_id, f"an answer with the key {duplicate} twice"))
+            return None  # a request or notification: not interface
+        if isinstance(message, list):  # no SDK takes a batch in an event; judged all the same
+            judged = [self._judged(item, exchange) for item in message]
+            changed = any(new is not old for new, old in zip(judged, message, strict=True))
+            return _dumps(judged).decode() if changed else None
         replacement = self._filter(message, exchange)
-        return None if replacement is None else json.dumps(replacement, ensure_ascii=False)
+        return None if replacement is None else _dumps(replacement).decode()
 
     def _filter(self, message: Any, exchange: _Exchange) -> Any | None:
         if not isinstance(message, dict):
@@ -418,14 +521,32 @@ def _response_like(upstream: aiohttp.ClientResponse) -> web.StreamResponse:
     return response
 
 
-def _copy_headers(upstream: aiohttp.ClientResponse, response: web.StreamResponse) -> None:
+def _copy_headers(upstream: aiohttp.ClientResponse, response: web.StreamResponse,
+                  dropped: frozenset[str] = _RESPONSE_DROPPED) -> None:
     for name, value in upstream.headers.items():
-        if name.lower() not in _RESPONSE_DROPPED:
+        if name.lower() not in dropped:
             response.headers.add(name, value)
 
 
 class _DuplicateKeyError(ValueError):
     pass
+
+
+class UnjudgedError(ValueError):
+    """An answer the proxy cannot judge (not JSON, nested too deep, a key given twice): it is refused."""
+
+
+def _essence(content_type: str) -> str:
+    """A Content-Type's media type, lowercased, without parameters."""
+    return content_type.split(";", 1)[0].strip().lower()
+
+
+def _dumps(message: Any) -> bytes:
+    """JSON text in UTF-8; a lone surrogate (which UTF-8 cannot carry) is written as an escape."""
+    try:
+        return json.dumps(message, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return json.dumps(message).encode()
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -461,5 +582,8 @@ async def serve_proxy(app: ProxyApp, host: str, port: int, *, shutdown_timeout: 
     seconds before they are cut: clients reconnect, to this proxy or the next one."""
     runner = web.AppRunner(app.web_app(), handle_signals=False, access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    bound = port or int(runner.addresses[0][1])
+    app.listening_on(host, bound)
     return runner

@@ -23,6 +23,8 @@ class ProxyMetrics:
                              "by outcome (forwarded, refused).", ["outcome"], registry=self.registry)
         self.unjudged = Counter("lockstep_proxy_unjudged", "Responses or streams refused because they could not "
                                 "be checked (over the size limit, not JSON).", registry=self.registry)
+        self.refused_hosts = Counter("lockstep_proxy_refused_hosts", "Requests refused by their Host or Origin "
+                                     "header (DNS-rebinding protection).", registry=self.registry)
         self.upstream_seconds = Histogram("lockstep_proxy_upstream_seconds", "Time until the upstream server's "
                                           "response headers arrived.", registry=self.registry,
                                           buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10))
