@@ -22,6 +22,15 @@ def _host_port(value: str, option: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
+def _list(value: str | None, option: str) -> list[str] | None:
+    if value is None:
+        return None
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    if not items:
+        raise UsageError(f"{option} wants a comma-separated list (such as localhost:8090,127.0.0.1:8090), or *")
+    return items
+
+
 @click.command("proxy")
 @click.option("--upstream", required=True, metavar="URL",
               help="The MCP server to protect, such as http://127.0.0.1:8080/mcp (its origin gets every path).")
@@ -32,16 +41,31 @@ def _host_port(value: str, option: str) -> tuple[str, int]:
 @click.option("--mode", type=click.Choice(MODES), default="quarantine", show_default=True,
               help="quarantine: withhold what is not approved; block: refuse the whole response; "
                    "audit: pass everything and report it.")
+@click.option("--allowed-hosts", default=None, metavar="LIST",
+              help="Host headers the proxy accepts, comma-separated (localhost:8090, localhost:*; * for any). "
+                   "Default on a loopback --listen: localhost, 127.0.0.1 and [::1] with its port "
+                   "(DNS-rebinding protection, as the MCP SDKs do); elsewhere: any.")
+@click.option("--allowed-origins", default=None, metavar="LIST",
+              help="Origin headers the proxy accepts, comma-separated (http://localhost:*; * for any); a request "
+                   "without Origin is not a browser's and passes. Default on a loopback --listen: http(s) "
+                   "origins of the loopback names, any port; elsewhere: any.")
+@click.option("--upstream-host", default=None, metavar="HOST[:PORT]",
+              help="The Host header sent to UPSTREAM. Default on a loopback --listen: the client's (so the "
+                   "server's own DNS-rebinding check sees it); elsewhere: UPSTREAM's host:port.")
 @click.option("--metrics", default=None, metavar="HOST:PORT", help="Serve Prometheus metrics on /metrics here.")
 @click.option("--log-level", default="INFO", show_default=True,
               type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False))
-def proxy_command(upstream: str, against: str, listen: str, mode: str, metrics: str | None, log_level: str) -> None:
+def proxy_command(upstream: str, against: str, listen: str, mode: str, allowed_hosts: str | None,
+                  allowed_origins: str | None, upstream_host: str | None, metrics: str | None,
+                  log_level: str) -> None:
     """Relay MCP traffic to UPSTREAM, letting through only the approved interface.
 
     Every tools/list, prompts/list, resources/list, resources/templates/list page and the
     instructions any client receives are checked component by component against FILE.
     Calls to a withheld component are refused; allowed tools/call requests are logged with
-    the approved digest they were checked against. Runs until interrupted.
+    the approved digest they were checked against. Every answer is read the way the most
+    lenient client reads it (any response id, batches, loose Content-Types) and judged, or
+    refused. Runs until interrupted.
 
     \b
       lockstep proxy --upstream http://127.0.0.1:8080/mcp --against weather.yaml
@@ -57,13 +81,17 @@ def proxy_command(upstream: str, against: str, listen: str, mode: str, metrics: 
     metrics_address = _host_port(metrics, "--metrics") if metrics else None
     gate = ComponentGate.of(pinned.revisions, pinned.ignore)
     try:
-        app = ProxyApp(upstream, gate, Mode(mode))
+        app = ProxyApp(upstream, gate, Mode(mode), allowed_hosts=_list(allowed_hosts, "--allowed-hosts"),
+                       allowed_origins=_list(allowed_origins, "--allowed-origins"),
+                       upstream_host=upstream_host or None)
     except ProxyConfigError as error:
         raise UsageError(str(error)) from None
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     components = sum(len(revision.digest.components) for revision in pinned.revisions)
+    app.listening_on(host, port)
+    checks = ("Host/Origin checked" if app.hosts.checks else "Host/Origin not checked")
     click.echo(f"lockstep proxy: http://{listen} -> {app.upstream_origin} ({mode}; {components} approved "
-               f"components in {len(pinned.revisions)} revision(s) from {against})", err=True)
+               f"components in {len(pinned.revisions)} revision(s) from {against}; {checks})", err=True)
     try:
         asyncio.run(_serve(app, host, port, metrics_address))
     except OSError as error:

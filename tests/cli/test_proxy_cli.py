@@ -102,3 +102,32 @@ def test_add_to_refuses_a_file_that_is_not_a_manifest(invoke, write) -> None:
     snapshot = write("weather.json", {"tools": make_tools(1)})
     result = invoke("snapshot", "http://127.0.0.1:1/mcp", "--add-to", snapshot)
     assert result.exit_code == 2 and "--add-to wants an MCPServerInterface manifest" in result.stderr
+
+
+def test_the_proxy_command_refuses_a_dns_rebinding_host_and_takes_allow_lists(invoke, tmp_path: Path) -> None:
+    import httpx2
+
+    server = MutableServer(tools=make_tools(1))
+    initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "page", "version": "1"}}}
+    with serve_mcp_in_thread(server) as handle:
+        assert invoke("hash", handle.url, "--save", str(tmp_path / "s.json")).exit_code == 0
+        statuses = []
+        for options in ([], ["--allowed-hosts", "evil.example.com:*,localhost:*", "--upstream-host", "127.0.0.1:1"]):
+            port = free_port()
+            process = subprocess.Popen(
+                [sys.executable, "-m", "lockstep.cli", "proxy", "--upstream", handle.url, "--against",
+                 str(tmp_path / "s.json"), "--listen", f"127.0.0.1:{port}", *options],
+                stderr=subprocess.PIPE, text=True)
+            try:
+                wait_for_port(port, process)
+                answer = httpx2.post(f"http://127.0.0.1:{port}/mcp", json=initialize, timeout=10,
+                                     headers={"Host": "evil.example.com", "Accept": "application/json, text/event-stream"})
+                statuses.append((answer.status_code, answer.text))
+            finally:
+                process.terminate()
+                _, stderr = process.communicate(timeout=10)
+            assert "Host/Origin checked" in stderr
+    assert statuses[0][0] == 403 and "DNS rebinding" in statuses[0][1] and "--allowed-hosts" in statuses[0][1]
+    assert statuses[1][0] == 200  # allowed by the list; the configured upstream Host passes the server's check
+    assert server.http_requests[-1]["host"] == "127.0.0.1:1"
