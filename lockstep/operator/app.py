@@ -18,8 +18,10 @@ import kopf
 from aiohttp import web
 from lockstep.operator.config import OperatorConfig
 from lockstep.operator.events import EventPoster
-from lockstep.operator.kube import GROUP, PLURAL, VERSION, KubeClient
+from lockstep.operator.freshness import OperatorClock
+from lockstep.operator.kube import GROUP, PLURAL, VERSION
 from lockstep.operator.metrics import Metrics
+from lockstep.operator.outage import PROBE_INTERVAL, ApiOutage, ApiUnavailable, EndlessBackoffs, TrackedKubeClient
 from lockstep.operator.peering import Leadership
 from lockstep.operator.reconciler import Reconciler
 from lockstep.operator.reports import ReportServer, TokenReviewer
@@ -28,6 +30,10 @@ __all__ = ["LockstepOperator"]
 
 logger = logging.getLogger(__name__)
 LEADERSHIP_INTERVAL = 5.0
+#: Seconds a replica's peering entry stays valid without a renewal (kopf renews it 5-10 s before): a
+#: killed leader is replaced this long after its last renewal (kopf's default of 60 s kept every report
+#: answered 503 by the standby for a minute).
+PEERING_LIFETIME = 20
 
 
 class LockstepOperator:
@@ -42,7 +48,9 @@ class LockstepOperator:
         self.reconciler: Reconciler | None = None
         self.report_server: ReportServer | None = None
         self.metrics_port: int | None = None
-        self._client: KubeClient | None = None
+        self._client: TrackedKubeClient | None = None
+        self.outage = ApiOutage()
+        self.clock = OperatorClock()
         self._metrics_runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._register()
@@ -56,7 +64,11 @@ class LockstepOperator:
             settings.peering.name = self.config.peering_name
             settings.peering.priority = self.priority
             settings.peering.mandatory = True
+            settings.peering.lifetime = PEERING_LIFETIME
         settings.watching.server_timeout = 300
+        # Whatever the length of an API outage, the watches come back on their own: kopf's default
+        # retries end after about 90 s, and a watch whose retries ended stays dead (docs/operator.md).
+        settings.networking.error_backoffs = EndlessBackoffs()
         if self.config.tls_enabled and self.config.webhook_port:
             settings.admission.server = kopf.WebhookServer(
                 port=self.config.webhook_port, certfile=self.config.tls_cert_path,
@@ -91,17 +103,20 @@ class LockstepOperator:
         @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
         async def resource_event(event: kopf.RawEvent, **_: Any) -> None:
             if self.reconciler is not None:
-                await self.reconciler.on_resource(str(event.get("type") or "ADDED"), event["object"])
+                with contextlib.suppress(ApiUnavailable):  # written again once the API is back
+                    await self.reconciler.on_resource(str(event.get("type") or "ADDED"), event["object"])
 
         @kopf.on.event("", "v1", "pods", registry=registry)
         async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
             if self.reconciler is not None:
-                await self.reconciler.on_pod(str(event.get("type") or "ADDED"), event["object"])
+                with contextlib.suppress(ApiUnavailable):  # written again once the API is back
+                    await self.reconciler.on_pod(str(event.get("type") or "ADDED"), event["object"])
 
         @kopf.on.event("", "v1", "services", registry=registry)
         async def service_event(event: kopf.RawEvent, **_: Any) -> None:
             if self.reconciler is not None:  # enforcement Quarantine: Services that bypass the proxy
-                await self.reconciler.on_service(str(event.get("type") or "ADDED"), event["object"])
+                with contextlib.suppress(ApiUnavailable):  # written again once the API is back
+                    await self.reconciler.on_service(str(event.get("type") or "ADDED"), event["object"])
 
         if self.config.tls_enabled and self.config.webhook_port \
                 and importlib.util.find_spec("lockstep.operator.webhooks") is not None:
@@ -116,19 +131,23 @@ class LockstepOperator:
         info = self.connection or _login(settings=settings)
         if info is None:
             raise kopf.PermanentError("no Kubernetes credentials (neither in-cluster nor a kubeconfig)")
-        self._client = client = KubeClient(info)
+        self._client = client = TrackedKubeClient(info, self.outage)
         namespace = self.config.namespaces[0] if self.config.namespaces else None
         leadership = Leadership(client, self.config.peering_name, self.priority, namespace)
         await leadership.refresh()
-        self.reconciler = reconciler = Reconciler(self.config, client, self.metrics, EventPoster(client), leadership)
+        self.reconciler = reconciler = Reconciler(self.config, client, self.metrics, EventPoster(client), leadership,
+                                                  clock=self.clock)
         await reconciler.resync()
-        self.report_server = ReportServer(self.config, reconciler,
-                                          TokenReviewer(client, self.config.token_cache_seconds), self.metrics)
+        self.report_server = ReportServer(
+            self.config, reconciler, TokenReviewer(client, self.config.token_cache_seconds, outage=self.outage),
+            self.metrics, self.outage)
         await self.report_server.start()
         await self._start_metrics()
         self._tasks = [
+            asyncio.create_task(self.clock.run()),
             asyncio.create_task(_every(self.config.stale_check_interval, reconciler.check_stale, leadership)),
-            asyncio.create_task(_every(self.config.status_flush_interval, reconciler.flush_status, leadership)),
+            asyncio.create_task(_every(self.config.status_flush_interval, self._flush, leadership)),
+            asyncio.create_task(self._follow_outages(client, reconciler)),
         ]
         if self.config.peering_name:
             self._tasks.append(asyncio.create_task(self._follow_leadership(leadership, reconciler)))
@@ -162,6 +181,26 @@ class LockstepOperator:
         sockets = getattr(getattr(site, "_server", None), "sockets", None) or []
         self.metrics_port = sockets[0].getsockname()[1] if sockets else self.config.metrics_port
 
+    async def _flush(self) -> None:
+        """Verdicts that waited for the API server first, then the resources' status."""
+        assert self.reconciler is not None
+        if self.reconciler.unwritten and not self.outage.active:
+            await self.reconciler.retry_unwritten()
+        await self.reconciler.flush_status()
+
+    async def _follow_outages(self, client: TrackedKubeClient, reconciler: Reconciler) -> None:
+        """While the API server is away, ask it once a second whether it is back (a report may not
+        need it), then write what waited at once."""
+        namespace = self.config.namespaces[0] if self.config.namespaces else None
+        while True:
+            await self.outage.began.wait()
+            while self.outage.active:
+                await asyncio.sleep(PROBE_INTERVAL)
+                await client.probe(client.pods_path(namespace))
+            with contextlib.suppress(ApiUnavailable):
+                if reconciler.is_leader():
+                    await reconciler.retry_unwritten()
+
     async def _follow_leadership(self, leadership: Leadership, reconciler: Reconciler) -> None:
         while True:
             await asyncio.sleep(LEADERSHIP_INTERVAL)
@@ -176,6 +215,8 @@ async def _every(interval: float, job: Callable[[], Awaitable[None]], leadership
             continue
         try:
             await job()
+        except ApiUnavailable:
+            pass  # logged once per outage (lockstep.operator.outage); the next round tries again
         except Exception:  # a timer must survive one failed round
             logger.exception("Periodic job %s failed.", getattr(job, "__name__", job))
 

@@ -9,13 +9,18 @@ ClockSkew), which bounds how old a captured report can be after the operator res
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+import logging
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
 from lockstep.core.report import Freshness
 
-__all__ = ["DEFAULT_MAX_SKEW", "FreshnessBook", "StaleReport"]
+__all__ = ["DEFAULT_MAX_SKEW", "FreshnessBook", "OperatorClock", "StaleReport"]
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_SKEW = 120.0
 MAX_PODS = 200_000
@@ -72,3 +77,51 @@ class FreshnessBook:
 
     def forget(self, pod_uid: str) -> None:
         self._seen.pop(pod_uid, None)
+
+
+#: How often the clock's own task looks at the time, and the gap it takes for a pause of the operator.
+TICK = 0.25
+PAUSE_THRESHOLD = 1.0
+
+
+class OperatorClock:
+    """The operator's own progress, so that silence is blamed on the pod only when the operator was
+    listening (a SIGSTOP, a GC pause or a CPU-starved node look the same to a pod: its reports wait).
+
+    A task ticks every ``TICK`` seconds; any look at the clock (a tick, or the stale check itself,
+    whichever runs first after the operator resumes) that finds more than ``PAUSE_THRESHOLD`` seconds
+    since the last look records a pause. ``listening_since`` is the end of the last pause: a pod's
+    silence is counted from its last report or from then, whichever is later, so every pod gets a
+    whole ``staleAfter`` after the operator resumes to get its queued or retried report through.
+    """
+
+    def __init__(self, threshold: float = PAUSE_THRESHOLD) -> None:
+        self._time = time.monotonic
+        self.threshold = threshold
+        self.last = self._time()
+        self.listening_since = self.last
+        self.pauses = 0
+        self.paused_seconds = 0.0
+
+    def now(self) -> float:
+        """Monotonic now; records a pause when the operator did not look for longer than the threshold."""
+        now = self._time()
+        gap = now - self.last
+        self.last = now
+        if gap > self.threshold:
+            self.pauses += 1
+            self.paused_seconds += gap
+            self.listening_since = now
+            logger.warning(
+                "The operator stood still for %.1f s (paused, starved of CPU or frozen): every pod's silence "
+                "is counted from now, not from its last report", gap)
+        return now
+
+    def silence(self, received_at: float, now: float) -> float:
+        """How long a pod whose last report came at ``received_at`` has been silent while listened to."""
+        return now - max(received_at, self.listening_since)
+
+    async def run(self) -> None:
+        while True:
+            self.now()
+            await asyncio.sleep(TICK)

@@ -18,6 +18,7 @@ from typing import Any
 from lockstep.operator.cache import ClusterCache, PodRecord, ResourceRecord
 from lockstep.operator.config import OperatorConfig
 from lockstep.operator.events import EventPoster, pod_ref, resource_ref
+from lockstep.operator.freshness import OperatorClock
 from lockstep.operator.injection import PROXY_PORT_NAME
 from lockstep.operator.judge import (
     CONDITION_TYPE,
@@ -34,6 +35,7 @@ from lockstep.operator.judge import (
 from lockstep.operator.kube import KubeApiError, KubeClient
 from lockstep.operator.metrics import Metrics
 from lockstep.operator.observed_maps import ObservedMaps
+from lockstep.operator.outage import ApiUnavailable
 from lockstep.operator.status import PodTrack, ResourceMemory, build_status, finding_counts, now_iso
 
 from lockstep.core import Interface
@@ -54,8 +56,12 @@ _FAILURE_REASONS = {Reason.SERVER_UNREACHABLE: FailureReason.SERVER_UNREACHABLE,
 
 class Reconciler:
     def __init__(self, config: OperatorConfig, client: KubeClient, metrics: Metrics, events: EventPoster,
-                 is_leader: Callable[[], bool] = lambda: True) -> None:
+                 is_leader: Callable[[], bool] = lambda: True, clock: OperatorClock | None = None) -> None:
         self.config = config
+        #: The operator's own progress: a pod's silence never includes a pause of the operator.
+        self.clock = clock or OperatorClock()
+        #: Pods whose verdict could not be written (the API server was away): written when it is back.
+        self.unwritten: set[Key] = set()
         self.client = client
         self.metrics = metrics
         self.events = events
@@ -266,15 +272,27 @@ class Reconciler:
         return found
 
     async def check_stale(self) -> None:
-        now = time.monotonic()
+        """ReportStale for pods silent for staleAfter while the operator listened: the clock's look
+        comes first, so a pause of the operator that just ended restarts every pod's window (the
+        reports that waited during the pause are read before anyone is blamed)."""
+        now = self.clock.now()
         for key, track in list(self.tracks.items()):
             if track.stale or track.observation is None:
                 continue
             pod = self.cache.pod(*key)
             resources = self.cache.selecting(pod) if pod else []
-            if len(resources) == 1 and now - track.received_at > resources[0].policy.stale_after:
+            if len(resources) == 1 and self.clock.silence(track.received_at, now) > resources[0].policy.stale_after:
                 track.stale = True
-                await self._judge_pod(key)
+                try:
+                    await self._judge_pod(key)
+                except ApiUnavailable:
+                    return  # written by retry_unwritten once the API server is back
+
+    async def retry_unwritten(self) -> None:
+        """Write the verdicts that waited for the API server; stops at the first that still cannot."""
+        for key in list(self.unwritten):
+            self.unwritten.discard(key)
+            await self._judge_pod(key)
 
     async def flush_status(self) -> None:
         dirty, self._dirty = self._dirty, set()
@@ -283,6 +301,8 @@ class Reconciler:
             if record is not None:
                 try:
                     await self._write_status(record)
+                except ApiUnavailable:
+                    self._dirty.add(key)  # the outage is logged once, by lockstep.operator.outage
                 except (KubeApiError, OSError) as error:
                     logger.warning("Cannot write the status of %s/%s: %s", *key, error)
                     self._dirty.add(key)
@@ -372,8 +392,18 @@ class Reconciler:
         if track.written is not None and current != track.written and current in track.earlier:
             current = track.written  # a late watch event of an earlier write: the pod carries the last one
         if current == verdict.condition:
+            self.unwritten.discard(pod.key)
             return
-        if not await self._write_condition(pod.key, verdict):
+        try:
+            wrote = await self._write_condition(pod.key, verdict)
+        except ApiUnavailable:
+            # Not written: the pod keeps the condition it carries, and the verdict is judged and written
+            # again once the API server is back (retry_unwritten), with its Events.
+            track.verdict = previous
+            self.unwritten.add(pod.key)
+            raise
+        self.unwritten.discard(pod.key)
+        if not wrote:
             return
         if track.written is not None and track.written != verdict.condition:
             track.earlier = [*track.earlier[-3:], track.written]

@@ -22,6 +22,7 @@ from lockstep.operator.config import OperatorConfig
 from lockstep.operator.freshness import FreshnessBook, StaleReport
 from lockstep.operator.kube import KubeApiError, KubeClient
 from lockstep.operator.metrics import Metrics
+from lockstep.operator.outage import ApiOutage, ApiUnavailable
 from lockstep.operator.reconciler import Reconciler
 
 from lockstep.core.errors import InterfaceError
@@ -68,8 +69,10 @@ class Identity:
 class TokenReviewer:
     """Reviews bearer tokens; a reviewed token is trusted for a short while (a bounded cache)."""
 
-    def __init__(self, client: KubeClient, ttl: float, *, concurrency: int = MAX_CONCURRENT_REVIEWS) -> None:
+    def __init__(self, client: KubeClient, ttl: float, *, concurrency: int = MAX_CONCURRENT_REVIEWS,
+                 outage: ApiOutage | None = None) -> None:
         self._client = client
+        self._outage = outage
         self._ttl = ttl
         self._cache: OrderedDict[str, tuple[float, Identity]] = OrderedDict()
         self._refused: OrderedDict[str, tuple[float, ReportRejected]] = OrderedDict()
@@ -89,6 +92,8 @@ class TokenReviewer:
         refused = self._refused.get(key)
         if refused and refused[0] > time.monotonic():
             raise refused[1]
+        if self._outage is not None and self._outage.active:
+            raise ApiUnavailable("the Kubernetes API is unreachable: no TokenReview now")
         try:
             await asyncio.wait_for(self._slots.acquire(), REVIEW_QUEUE_WAIT)
         except TimeoutError:
@@ -96,6 +101,8 @@ class TokenReviewer:
         try:
             self.reviews += 1
             status = await self._client.token_review(token, [AUDIENCE])
+        except ApiUnavailable:
+            raise  # answered 503 with Retry-After, not 401: the token may well be good
         except (KubeApiError, OSError) as error:
             logger.warning("TokenReview failed: %s", error)
             raise ReportRejected(401, "Unauthenticated", "the token could not be reviewed") from None
@@ -172,8 +179,9 @@ class RateLimiter:
 
 class ReportServer:
     def __init__(self, config: OperatorConfig, reconciler: Reconciler, reviewer: TokenReviewer,
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, outage: ApiOutage | None = None) -> None:
         self.config = config
+        self.outage = outage or ApiOutage()
         self.reconciler = reconciler
         self.reviewer = reviewer
         self.metrics = metrics
@@ -243,6 +251,14 @@ class ReportServer:
                                          status=503, headers={"Retry-After": "1"})
             response.force_close()  # the retry opens a new connection, which the Service may send to the leader
             return response
+        except ApiUnavailable:
+            # The API server is away (logged once per outage by lockstep.operator.outage): the verdict
+            # could not be written, and the sidecar sends its report again after Retry-After.
+            self.outage.answered_503 += 1
+            self.metrics.reports_rejected.labels("ApiUnavailable").inc()
+            return web.json_response({"reason": "ApiUnavailable",
+                                      "message": "the Kubernetes API is unreachable; send the report again"},
+                                     status=503, headers={"Retry-After": str(round(self.outage.retry_after()))})
         except ReportRejected as rejection:
             self.metrics.reports_rejected.labels(rejection.reason).inc()
             headers = {"Retry-After": str(max(1, round(rejection.retry_after)))} if rejection.retry_after else None

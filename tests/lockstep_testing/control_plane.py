@@ -15,6 +15,7 @@ import contextlib
 import datetime
 import ipaddress
 import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -174,6 +175,11 @@ class _Process:
     name: str
     popen: subprocess.Popen[bytes]
     log: Path
+    argv: list[str] = field(default_factory=list)
+    folder: Path | None = None
+    #: Where it says it is healthy, and the TLS context to ask with (fault injection restarts it).
+    health_url: str | None = None
+    health_context: ssl.SSLContext | None = None
 
     def tail(self, lines: int = 25) -> str:
         with contextlib.suppress(OSError):
@@ -196,10 +202,10 @@ class _Process:
 
 def _spawn(name: str, argv: list[str], folder: Path) -> _Process:
     log = folder / f"{name}.log"
-    with log.open("wb") as out:
+    with log.open("ab") as out:
         popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                  start_new_session=True)
-    return _Process(name, popen, log)
+    return _Process(name, popen, log, list(argv), folder)
 
 
 def _wait_healthy(process: _Process, url: str, context: ssl.SSLContext | None, timeout: float = READY_TIMEOUT) -> None:
@@ -290,6 +296,44 @@ class ControlPlane:
         for process in self._processes:
             process.check_alive()
 
+    # ------------------------------------------------------------ fault injection (tests/faults)
+    def process(self, name: str) -> _Process:
+        """The running process ``etcd``, ``kube-apiserver`` or ``kube-controller-manager``."""
+        [found] = [process for process in self._processes if process.name == name]
+        return found
+
+    def kill(self, name: str) -> None:
+        """SIGKILL, as a crash or an OOM kill would; reaped at once."""
+        process = self.process(name)
+        if process.popen.poll() is None:
+            process.popen.kill()
+            process.popen.wait(10)
+
+    def restart(self, name: str, *, wait: bool = True) -> None:
+        """Start a killed process again with the same flags, ports and data (a restart by its supervisor);
+        with ``wait``, until it says it is healthy."""
+        process = self.process(name)
+        if process.popen.poll() is None:
+            raise ControlPlaneError(f"{name} is still running")
+        assert process.folder is not None
+        fresh = _spawn(name, process.argv, process.folder)
+        fresh.health_url, fresh.health_context = process.health_url, process.health_context
+        self._processes[self._processes.index(process)] = fresh
+        if wait and fresh.health_url:
+            _wait_healthy(fresh, fresh.health_url, fresh.health_context)
+
+    def freeze(self, name: str) -> None:
+        """SIGSTOP: the process holds its sockets and answers nothing (a hung process, a paused VM)."""
+        os.kill(self.process(name).popen.pid, signal.SIGSTOP)
+
+    def thaw(self, name: str) -> None:
+        os.kill(self.process(name).popen.pid, signal.SIGCONT)
+
+    def wait_healthy(self, name: str, timeout: float = READY_TIMEOUT) -> None:
+        process = self.process(name)
+        if process.health_url:
+            _wait_healthy(process, process.health_url, process.health_context, timeout)
+
     def stop(self) -> None:
         for process in reversed(self._processes):
             process.stop()
@@ -310,6 +354,7 @@ def start_control_plane(folder: Path, assets: Path) -> Iterator[ControlPlane]:
         processes.append(_spawn("kube-apiserver", _apiserver_argv(assets, pki, etcd_url, api_port, folder), folder))
         context = ssl.create_default_context(cafile=str(pki.ca_file))
         context.load_cert_chain(str(pki.admin[0]), str(pki.admin[1]))
+        processes[-1].health_url, processes[-1].health_context = f"{server}/readyz", context
         _wait_healthy(processes[-1], f"{server}/readyz", context)
         kubeconfig = _kubeconfig(folder / "admin.kubeconfig", server, pki.ca_file, *pki.admin)
         cm_kubeconfig = _kubeconfig(folder / "controller-manager.kubeconfig", server, pki.ca_file,
@@ -341,6 +386,7 @@ def _start_etcd(folder: Path, assets: Path, processes: list[_Process]) -> str:
         f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
         f"--initial-cluster=envtest={peer_url}", "--initial-cluster-state=new", "--log-level=warn",
     ], folder))
+    processes[-1].health_url = f"{client_url}/health"
     _wait_healthy(processes[-1], f"{client_url}/health", None)
     return client_url
 
