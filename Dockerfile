@@ -12,26 +12,23 @@
 ARG PYTHON_IMAGE=python:3.11.7-slim-bookworm
 
 # Stage 1: build the wheel and install it, with the runtime dependencies its metadata names, into the
-# venv /opt/lockstep. Build tools (the `build` package, pip, setuptools, pip's cache) stay in this stage.
+# venv /opt/lockstep. Build tools (the `build` package, pip, setuptools) stay in this stage.
 FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
-RUN --mount=type=cache,target=/root/.cache/pip \
-    python3 -m venv /opt/build \
-    && /opt/build/bin/pip install "build>=1.0" \
+RUN python3 -m venv /opt/build \
+    && /opt/build/bin/pip install --no-cache-dir "build>=1.0" \
     && python3 -m venv --without-pip /opt/lockstep \
     && groupadd --system --gid 65532 lockstep \
     && useradd --system --uid 65532 --gid 65532 --no-create-home --shell /usr/sbin/nologin lockstep
 # The runtime dependencies first, from pyproject.toml alone, so that a change to the code reuses this layer.
 COPY pyproject.toml ./
-RUN --mount=type=cache,target=/root/.cache/pip \
-    python3 -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"], sep="\n")' \
+RUN python3 -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"], sep="\n")' \
         > /tmp/requirements.txt \
-    && /opt/build/bin/pip --python /opt/lockstep/bin/python install -r /tmp/requirements.txt
+    && /opt/build/bin/pip --python /opt/lockstep/bin/python install --no-cache-dir -r /tmp/requirements.txt
 COPY README.md ./
 COPY lockstep/ lockstep/
-RUN --mount=type=cache,target=/root/.cache/pip \
-    /opt/build/bin/python -m build --wheel --outdir /dist . \
-    && /opt/build/bin/pip --python /opt/lockstep/bin/python install /dist/*.whl
+RUN /opt/build/bin/python -m build --wheel --outdir /dist . \
+    && /opt/build/bin/pip --python /opt/lockstep/bin/python install --no-cache-dir /dist/*.whl
 
 # Stage 2: the runtime. Only the venv and the user's passwd/group entries are copied (both stages have
 # the same base); no RUN, so no compiler, no pip, no build package, no source tree, no build-time mounts.

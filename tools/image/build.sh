@@ -107,16 +107,20 @@ say "building $IMAGE from ./Dockerfile (buildah bud, $DRIVER storage, base $BASE
     -f Dockerfile -t "$IMAGE" .
 
 # 3. The archive, named as containerd imports it.
-rm -f "$OUT"
-"${BUILDAH[@]}" push --quiet "$IMAGE" "oci-archive:$OUT:$IMAGE"
-"$PYTHON" "$HERE/oci.py" name "$OUT" "$IMAGE"
+# (written beside $OUT and moved into place once checked: a reader never sees half an archive)
+ARCHIVE=$OUT.partial.tar
+rm -f "$ARCHIVE"
+"${BUILDAH[@]}" push --quiet "$IMAGE" "oci-archive:$ARCHIVE:$IMAGE"
+"$PYTHON" "$HERE/oci.py" name "$ARCHIVE" "$IMAGE" >/dev/null
 
 # 4. The archive itself: its config, then the entrypoint run in its unpacked root.
-"$PYTHON" - "$OUT" "$IMAGE" <<'EOF'
+"$PYTHON" - "$ARCHIVE" "$IMAGE" <<'EOF'
 import json, subprocess, sys
 archive, image = sys.argv[1:]
-info = json.loads(subprocess.run([sys.executable, "tools/image/oci.py", "inspect", archive], check=True,
-                                 capture_output=True, text=True).stdout)
+inspected = subprocess.run([sys.executable, "tools/image/oci.py", "inspect", archive], capture_output=True, text=True)
+if inspected.returncode:
+    sys.exit(f"image: cannot read {archive}: {inspected.stderr.strip()}")
+info = json.loads(inspected.stdout)
 problems = [f"{key} is {info[key]!r}, expected {want!r}" for key, want in
             (("name", image), ("user", "65532:65532"), ("entrypoint", ["lockstep"])) if info[key] != want]
 if problems:
@@ -125,13 +129,18 @@ print(f"image: config ok: user {info['user']}, entrypoint {info['entrypoint']}, 
 EOF
 root=$(mktemp -d "${TMPDIR:-/tmp}/lockstep-image.XXXXXX")
 chmod 755 "$root"  # mktemp makes it 0700: the image's user could not walk its own /
-trap 'rm -rf "$root"' EXIT
-"$PYTHON" "$HERE/oci.py" unpack "$OUT" "$root"
+trap 'rm -rf "$root" "$ARCHIVE"' EXIT
+"$PYTHON" "$HERE/oci.py" unpack "$ARCHIVE" "$root"
 unpacked=$(du -sm "$root" | cut -f1)
-if ! help=$("$PYTHON" "$HERE/oci.py" run --root "$root" "$OUT" -- --help 2>&1) || [[ $help != *operator* ]]; then
-    echo "$help" >&2
-    echo "image: \`lockstep --help\` failed in the image" >&2
-    exit 1
-fi
-say "smoke ok: \`lockstep --help\` runs in the unpacked image as 65532:65532"
+for command in "" operator sidecar; do
+    # shellcheck disable=SC2086 # "" is the top-level help
+    if ! help=$("$PYTHON" "$HERE/oci.py" run --root "$root" "$ARCHIVE" -- $command --help 2>&1) \
+            || [[ $help != *Usage:* ]]; then
+        echo "$help" >&2
+        echo "image: \`lockstep $command --help\` failed in the image" >&2
+        exit 1
+    fi
+done
+say "smoke ok: \`lockstep [operator|sidecar] --help\` run in the unpacked image, as its user 65532:65532"
+mv "$ARCHIVE" "$OUT"
 say "$OUT: $IMAGE, $(( $(stat -c %s "$OUT") / 1000000 )) MB compressed, ${unpacked} MB unpacked, $(( $(date +%s) - started )) s"
