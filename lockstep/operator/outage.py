@@ -35,6 +35,9 @@ logger = logging.getLogger("lockstep.operator.outage")
 OUTAGE_RETRY_AFTER = 5.0
 #: How often the probe asks the API server whether it is back.
 PROBE_INTERVAL = 1.0
+#: For this long after an outage, a 403 is the API server warming up (a restarted kube-apiserver refuses
+#: requests until its RBAC authorizer has synced): the write is retried, quietly, as during the outage.
+WARM_UP = 30.0
 
 
 class ApiUnavailable(OSError):
@@ -46,6 +49,7 @@ class ApiOutage:
 
     def __init__(self) -> None:
         self.since: float | None = None  # monotonic start of the current outage
+        self.warm_until = 0.0  # monotonic end of the warm-up after the last outage
         self._wall: str = ""
         self.answered_503 = 0
         self.outages = 0
@@ -71,6 +75,7 @@ class ApiOutage:
         if self.since is None:
             return
         seconds = time.monotonic() - self.since
+        self.warm_until = time.monotonic() + WARM_UP
         self.since = None
         self.began.clear()
         logger.warning("Kubernetes API back after %.0f s (unreachable since %s UTC; %d reports answered 503)",
@@ -104,6 +109,8 @@ class TrackedKubeClient(KubeClient):
             if unavailable(error):
                 self.outage.failed(error)
                 raise ApiUnavailable(str(error)) from error
+            if error.status == 403 and time.monotonic() < self.outage.warm_until:
+                raise ApiUnavailable(f"{error} (just after an outage: retried)") from error
             self.outage.ok()  # it answered: it is there
             raise
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as error:

@@ -93,6 +93,10 @@ class TokenReviewer:
         if refused and refused[0] > time.monotonic():
             raise refused[1]
         if self._outage is not None and self._outage.active:
+            if cached:
+                # Reviewed before and expired while the API is away: no review is possible, and the pod's
+                # existence and uid are still checked against the cache (no pod can be deleted meanwhile).
+                return cached[1]
             raise ApiUnavailable("the Kubernetes API is unreachable: no TokenReview now")
         try:
             await asyncio.wait_for(self._slots.acquire(), REVIEW_QUEUE_WAIT)

@@ -5,8 +5,7 @@ the CRDs, the chart's ServiceAccount and RBAC, its webhooks pointed at loopback)
 kubeconfig that holds that ServiceAccount's token.
 
 Sidecars reach it through :class:`ReportRelay`, the stand-in for the operator's Service: a TCP relay that
-sends each connection to a replica whose ``/readyz`` answers (as endpoints follow readiness), and that
-can drop every packet (a network partition between sidecars and operator). No pytest import.
+spreads connections over the running replicas, and that can drop every packet (a network partition between sidecars and operator). No pytest import.
 """
 
 from __future__ import annotations
@@ -191,8 +190,8 @@ async def install_lockstep_processes(plane: ControlPlane, folder: Path, relay_po
 
 
 class ReportRelay:
-    """The operator's Service, on loopback: each new connection goes to the first replica whose
-    ``/readyz`` answered at the last look (twice a second), or to the only one. ``partition()`` drops
+    """The operator's Service, on loopback: each new connection goes to the next running replica.
+    ``partition()`` drops
     every byte both ways, on open connections and new ones, until ``heal()``: nothing is refused or
     reset, the sidecar's requests simply time out (a network partition, not a crash)."""
 
@@ -200,13 +199,12 @@ class ReportRelay:
         self.port = free_port()
         self.backends: list[OperatorProcess] = []
         self.partitioned = False
-        self._ready: dict[int, bool] = {}
+        self._turn = 0
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
     async def __aenter__(self) -> ReportRelay:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
-        self._tasks.add(asyncio.create_task(self._poll()))
         return self
 
     async def __aexit__(self, *_: object) -> None:
@@ -221,17 +219,15 @@ class ReportRelay:
     def heal(self) -> None:
         self.partitioned = False
 
-    async def _poll(self) -> None:
-        while True:
-            if len(self.backends) > 1:
-                for backend in list(self.backends):
-                    self._ready[backend.report_port] = await asyncio.to_thread(backend.ready, 0.5)
-            await asyncio.sleep(0.5)
-
     def _pick(self) -> OperatorProcess | None:
-        if len(self.backends) == 1:
-            return self.backends[0]
-        return next((b for b in self.backends if self._ready.get(b.report_port)), None)
+        """Round robin over the replicas that run, as the chart's Service does (it keeps every replica
+        Ready on kopf's /healthz, so a standby gets its share and answers 503; the sidecar retries on a
+        new connection). A killed replica leaves the endpoints at once (its container is gone)."""
+        alive = [backend for backend in self.backends if backend.popen.poll() is None]
+        if not alive:
+            return None
+        self._turn += 1
+        return alive[self._turn % len(alive)]
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         backend = self._pick()
