@@ -4,8 +4,8 @@
     make fuzz                                          # every target, FUZZ_SECONDS each (default 60)
 
 Targets (tests/lockstep_testing/fuzz_targets.py): canonical, interface, manifest, report, admission,
-proxy-policy, proxy-report (a JSON value decoded from the input) and report-body, cli-file, event-stream
-(the raw bytes). A crash is an exception
+proxy-policy, proxy-report, proxy-answer (a JSON value decoded from the input) and report-body, cli-file,
+event-stream, proxy-answer-bytes (the raw bytes). A crash is an exception
 other than the target's named errors; libFuzzer writes the input to crash-<sha1> in the current folder.
 Turn every crash into a regression test (tests/fuzz) before fixing it.
 """
@@ -23,6 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 # too takes minutes): every module a target reaches is imported here, inside the block.
 with atheris.instrument_imports(include=["lockstep", "lockstep_testing"]):
     from lockstep_testing.fuzz_targets import BYTE_TARGETS, VALUE_TARGETS, value_from_bytes
+    import lockstep.proxy.app  # noqa: F401 - the proxy targets import it lazily: instrument it here
+    import lockstep_testing.lenient_wire  # noqa: F401
 
 
 

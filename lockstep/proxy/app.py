@@ -30,6 +30,7 @@ nested too deep to parse ends its stream; an interface read answered as anything
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import logging
 import time
@@ -326,22 +327,44 @@ class ProxyApp:
             self.metrics.upstream_seconds.observe(time.perf_counter() - started)
             self._remember_client(upstream.headers.get("Mcp-Session-Id"), exchange.client)
             content_types = upstream.headers.getall("Content-Type", [])
-            # What the most lenient client reads as a message: fetch joins repeated headers with ", ",
-            # and the TypeScript SDK before 1.18 tests the result for a substring.
-            joined = ", ".join(content_types).lower()
-            if not 200 <= upstream.status < 300 or upstream.status == 202:
-                return await self._passthrough(request, upstream)  # no client parses these as messages
-            if request.method == "GET" or "text/event-stream" in joined:
-                # The TypeScript client reads a GET stream as events whatever its Content-Type.
-                exact = len(content_types) == 1 and _essence(content_types[0]) == "text/event-stream"
-                return await self._events(request, upstream, exchange,
-                                          normalise=request.method != "GET" and not exact)
-            if "application/json" in joined:
+            route = _route(request.method, upstream.status, content_types, exchange)
+            if route is _Route.EVENTS or route is _Route.EVENTS_NORMALISED:
+                return await self._events(request, upstream, exchange, normalise=route is _Route.EVENTS_NORMALISED)
+            if route is _Route.JSON:
                 return await self._json(request, upstream, exchange)
-            if exchange.asks_interface and upstream.status == 200:
-                # An interface read answered as something the proxy does not judge: a client may parse it.
+            if route is _Route.REFUSE:
+                joined = ", ".join(content_types).lower()
                 return self._refuse_unjudged(exchange, f"an answer of Content-Type {joined[:60]!r}")
             return await self._passthrough(request, upstream)
+
+    def forwarded(self, method: str, status: int, content_types: list[str], body: bytes,
+                  exchange: _Exchange) -> tuple[int, list[str], bytes]:
+        """(status, Content-Type values, body) the client gets for a whole upstream answer: the steps the
+        streaming path takes, at once (for the differential fuzz targets; the legacy endpoint aside)."""
+        route = _route(method, status, content_types, exchange)
+        if route is _Route.PASS:
+            return status, content_types, body
+        if route is _Route.JSON:
+            if len(body) <= self.max_body:
+                try:
+                    return status, ["application/json"], self.normalise_json(body, exchange)
+                except UnjudgedError as error:
+                    detail = str(error)
+            else:
+                detail = f"an answer larger than {self.max_body} bytes"
+            refusal = self._unjudged(next(iter(exchange.methods), None), detail)
+            return 200, ["application/json"], json.dumps(refusal).encode()
+        if route is _Route.REFUSE:
+            refusal = self._unjudged(next(iter(exchange.methods), None), "an answer of another Content-Type")
+            return 200, ["application/json"], json.dumps(refusal).encode()
+        splitter, out = EventSplitter(self.max_body), []
+        try:
+            for raw in splitter.feed(body):
+                out.append(self._event(parse_event(raw), exchange))
+        except (EventTooLargeError, UnjudgedError):
+            return status, content_types, b"".join(out)  # the stream ends here
+        out.append(splitter.rest())
+        return status, ["text/event-stream"] if route is _Route.EVENTS_NORMALISED else content_types, b"".join(out)
 
     async def _json(self, request: web.Request, upstream: aiohttp.ClientResponse,
                     exchange: _Exchange) -> web.StreamResponse:
@@ -526,6 +549,32 @@ def _copy_headers(upstream: aiohttp.ClientResponse, response: web.StreamResponse
     for name, value in upstream.headers.items():
         if name.lower() not in dropped:
             response.headers.add(name, value)
+
+
+class _Route(enum.Enum):
+    PASS = "pass"
+    JSON = "json"
+    EVENTS = "events"
+    EVENTS_NORMALISED = "events, with the Content-Type set"
+    REFUSE = "refuse"
+
+
+def _route(method: str, status: int, content_types: list[str], exchange: _Exchange) -> _Route:
+    """How an upstream answer is relayed, decided as the most lenient client reads it."""
+    if not 200 <= status < 300 or status == 202:
+        return _Route.PASS  # no client parses these as messages
+    # fetch joins repeated headers with ", ", and the TypeScript SDK before 1.18 tests for a substring.
+    joined = ", ".join(content_types).lower()
+    if method == "GET":
+        return _Route.EVENTS  # the TypeScript client reads a GET stream as events whatever its type
+    if "text/event-stream" in joined:
+        exact = len(content_types) == 1 and _essence(content_types[0]) == "text/event-stream"
+        return _Route.EVENTS if exact else _Route.EVENTS_NORMALISED
+    if "application/json" in joined:
+        return _Route.JSON
+    if exchange.asks_interface and status == 200:
+        return _Route.REFUSE  # an interface read answered as something the proxy does not judge
+    return _Route.PASS
 
 
 class _DuplicateKeyError(ValueError):

@@ -142,6 +142,77 @@ def proxy_policy(value: Any) -> None:
     _expect((), lambda: policy.decide_call(call, "p", "c"), "decide_call")
 
 
+#: Content-Type values of an answer (each list: the headers in order), as servers and attackers send them.
+ANSWER_CONTENT_TYPES: list[list[str]] = [
+    ["application/json"], ["application/json; charset=utf-8"], ["text/event-stream"],
+    ['text/plain; profile="application/json"'], ["text/plain", "application/json"], ["application/json", "text/plain"],
+    ["text/event-stream", "application/json"], ["Application/JSON"], ["text/html; x=text/event-stream"], ["text/plain"],
+    [],
+]
+#: The request each answer is for: (HTTP method, pending ids and their methods).
+ANSWER_EXCHANGES: list[tuple[str, dict[Any, str]]] = [("POST", {1: "tools/call"}), ("POST", {1: "tools/list"}),
+                                                      ("POST", {}), ("GET", {})]
+
+
+def _answer_app() -> Any:
+    from lockstep.core.gate import ComponentGate
+    from lockstep.core.revision import Revision
+    from lockstep.proxy.app import ProxyApp
+
+    approved = Interface.from_document({"instructions": "Weather.", "tools": [{"name": "name", "inputSchema": {}}]})
+    gate = ComponentGate.of([Revision.of(approved)])
+    return ProxyApp("http://127.0.0.1:9/mcp", gate, max_body=4096), gate
+
+
+def check_forwarded_answer(app: Any, gate: Any, method: str, methods: dict[Any, str], status: int,
+                           content_types: list[str], body: bytes) -> None:
+    """What the proxy forwards for this upstream answer, parsed by each client's rules, carries only approved
+    components (raises Crash otherwise, or when the proxy raises)."""
+    from lockstep.proxy.app import _Exchange
+    from lockstep_testing.lenient_wire import accepted_messages, unapproved_components
+
+    exchange = _Exchange("p", "c", dict(methods))
+    out = _expect((), lambda: app.forwarded(method, status, list(content_types), body, exchange), "forwarded")
+    sent_status, sent_types, sent_body = out
+    for rules in ("ts-1.17", "ts-current", "python"):
+        messages = accepted_messages(rules, sent_status, sent_types, sent_body, has_requests=bool(methods),
+                                     method=method)
+        if unapproved := unapproved_components(messages, gate):
+            raise Crash(f"{rules} accepts {unapproved} from {method} {status} {content_types}: {body[:300]!r} "
+                        f"-> {sent_body[:300]!r}")
+
+
+def _renderings(value: Any) -> list[bytes]:
+    """Bodies built around a JSON value: a response carrying it, alone, in a batch, as events of two types."""
+    message = {"jsonrpc": "2.0", "id": 1, "result": value}
+    other = {"jsonrpc": "2.0", "id": "other", "result": value}
+    text = json.dumps(message, allow_nan=True).encode()
+    return [text, json.dumps([other, message]).encode(), json.dumps(value).encode(),
+            b"event: message\ndata: " + text + b"\n\n", b"id: 1\r\ndata: " + json.dumps(other).encode() + b"\r\n\r\n",
+            b"event: other\ndata: " + text + b"\n\n"]
+
+
+def proxy_answer(value: Any) -> None:
+    """The differential property: for any answer around ``value`` (alone, in a batch, for another id, as events),
+    any Content-Type (a parameter, two headers) and any exchange, what the proxy forwards, parsed the way
+    each client parses it (the TypeScript SDK 1.17 and current, the Python SDK), holds only approved
+    components."""
+    app, gate = _answer_app()
+    for body in _renderings(value):
+        for method, methods in ANSWER_EXCHANGES:
+            for content_types in ANSWER_CONTENT_TYPES:
+                check_forwarded_answer(app, gate, method, methods, 200, content_types, body)
+
+
+def proxy_answer_bytes(data: bytes) -> None:
+    """The same property for raw answer bytes: the first byte picks the Content-Type and the exchange."""
+    app, gate = _answer_app()
+    pick = data[0] if data else 0
+    content_types = ANSWER_CONTENT_TYPES[pick % len(ANSWER_CONTENT_TYPES)]
+    method, methods = ANSWER_EXCHANGES[(pick // len(ANSWER_CONTENT_TYPES)) % len(ANSWER_EXCHANGES)]
+    check_forwarded_answer(app, gate, method, methods, 200, content_types, data[1:])
+
+
 def proxy_report(value: Any) -> None:
     from lockstep.core.report import ProxyReport
 
@@ -151,7 +222,7 @@ def proxy_report(value: Any) -> None:
 VALUE_TARGETS: dict[str, Callable[[Any], None]] = {
     "canonical": canonical_form, "interface": interface_parser, "manifest": manifest_loader,
     "report": report_parser, "admission": admission_handler, "proxy-policy": proxy_policy,
-    "proxy-report": proxy_report,
+    "proxy-report": proxy_report, "proxy-answer": proxy_answer,
 }
 
 
@@ -193,4 +264,5 @@ def event_stream(data: bytes) -> None:
 
 
 BYTE_TARGETS: dict[str, Callable[[bytes], None]] = {"report-body": report_body, "cli-file": cli_file,
-                                                    "event-stream": event_stream}
+                                                    "event-stream": event_stream,
+                                                    "proxy-answer-bytes": proxy_answer_bytes}

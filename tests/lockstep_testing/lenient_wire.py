@@ -108,13 +108,24 @@ def _ts_essence(header: str | None) -> str | None:
 
 
 def accepted_messages(rules: ClientRules, status: int, content_types: Iterable[str], body: bytes,
-                      *, has_requests: bool = True) -> list[Any]:
-    """The JSON-RPC messages a client built on ``rules`` hands to its session for one POST answer.
+                      *, has_requests: bool = True, method: str = "POST") -> list[Any]:
+    """The JSON-RPC messages a client built on ``rules`` hands to its session for one answer to a POST
+    (``has_requests``: the POST held a request, not only notifications) or to the GET stream.
 
     ``content_types``: every ``Content-Type`` header value of the answer, in order (fetch and httpx
     join them with ``", "``). Parse failures count as nothing accepted (the client reports an error)."""
     header = ", ".join(content_types) or None  # Headers.get() in fetch; httpx's headers.get() likewise
     try:
+        if method == "GET":
+            if not 200 <= status < 300:
+                return []
+            if rules == "python":
+                # httpx-sse's EventSource: "text/event-stream" in the media type (before any ";"), else SSEError.
+                if "text/event-stream" not in (header or "").partition(";")[0]:
+                    return []
+            # TS _startOrAuthSse: a GET answer that is ok is read as an event stream, whatever its type.
+            return [message for event_type, data in _split_events(body) if event_type in ("", "message") and data
+                    for message in _or_nothing(lambda d=data: _js_json_parse(d)) if isinstance(message, dict)]
         if rules in ("ts-1.17", "ts-current"):
             # client/streamableHttp.ts send(): a non-ok status throws with the body as text (never parsed);
             # 202 has no body; a body is read only when the POST held a request.
