@@ -5,11 +5,11 @@
 #   1. a base root from Debian's packages (mmdebstrap: python3, python3-venv, ca-certificates, passwd),
 #      cached as a tar keyed by its package list, imported into buildah's storage as a local image;
 #   2. `buildah bud` of ./Dockerfile with --build-arg PYTHON_IMAGE=<that image> (overlay storage, or vfs
-#      where overlay cannot mount; chroot isolation; layers cached), this machine's pip configuration and CA bundle mounted read-only into
-#      the RUN steps only;
+#      where overlay cannot mount; chroot isolation; layers cached), this machine's pip configuration
+#      and CA bundle mounted read-only into the RUN steps only (tools/image/pip_mounts.py);
 #   3. `buildah push` to an OCI archive, named for containerd (tools/image/oci.py name);
-#   4. a check of the archive itself: its config (user, entrypoint) and `lockstep --help` run in its
-#      unpacked root as the image's user.
+#   4. a check of the archive itself: its config (user, entrypoint) and `lockstep [operator|sidecar]
+#      --help` run in its unpacked root as the image's user; only then is it moved to $OUT.
 #
 # Environment: IMAGE (default: the chart's repository and appVersion), OUT (dist/lockstep-oci.tar),
 # LOCKSTEP_IMAGE_CACHE (~/.cache/lockstep-image: base tars, buildah's storage), SUITE (bookworm),
@@ -96,13 +96,13 @@ fi
 
 # 2. The Dockerfile, as written, on that base. Its cached layers make a re-run quick; past a bound
 #    (LOCKSTEP_IMAGE_CACHE_MB; with vfs every layer is a full root) the untagged ones go first.
-if [ "$(du -sm "$CACHE/storage-$DRIVER" | cut -f1)" -gt "${LOCKSTEP_IMAGE_CACHE_MB:-8000}" ]; then
-    say "pruning buildah's layer cache in $CACHE/storage"
+if [ "$(du -sm "$CACHE/storage-$DRIVER" 2>/dev/null | cut -f1)" -gt "${LOCKSTEP_IMAGE_CACHE_MB:-8000}" ]; then
+    say "pruning buildah's layer cache in $CACHE/storage-$DRIVER"
     "${BUILDAH[@]}" rmi --prune >/dev/null 2>&1 || true
 fi
 mapfile -t PIP_MOUNTS < <("$PYTHON" "$HERE/pip_mounts.py" "$CACHE/pip")
 say "building $IMAGE from ./Dockerfile (buildah bud, $DRIVER storage, base $BASE_IMAGE)"
-"${BUILDAH[@]}" bud --isolation chroot --layers --pull-never \
+"${BUILDAH[@]}" bud --isolation chroot --layers --force-rm --pull-never \
     --build-arg PYTHON_IMAGE="$BASE_IMAGE" "${PIP_MOUNTS[@]}" \
     -f Dockerfile -t "$IMAGE" .
 
