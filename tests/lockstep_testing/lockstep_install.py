@@ -162,6 +162,7 @@ async def install_lockstep(plane: ControlPlane, folder: Path, *, peering: bool =
                 if body["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")]
     async with run_operator_thread(plane.kopf_connection(token), config) as running:
         installation.operators.append(running)
+        await _wait_listening(webhook_port)  # kopf starts its webhook server after the report endpoint
         for body in webhooks:
             apply(plane, body)
         try:
@@ -182,3 +183,19 @@ def loopback_webhooks(configuration: dict[str, Any], port: int, ca_pem: str) -> 
         webhook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{path}",
                                    "caBundle": base64.b64encode(ca_pem.encode()).decode()}
     return result
+
+
+async def _wait_listening(port: int, timeout: float = 20.0) -> None:
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise ControlPlaneError(f"nothing listens on the webhook port {port} after {timeout:.0f}s") from None
+            await asyncio.sleep(0.1)
+            continue
+        writer.close()
+        return
