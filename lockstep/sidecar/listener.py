@@ -20,7 +20,7 @@ import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
-__all__ = ["is_listening", "loopback_port", "wait_until_closed"]
+__all__ = ["is_listening", "loopback_port", "sleep_until_listening", "wait_until_closed"]
 
 SOCKET_TABLES = (Path("/proc/net/tcp"), Path("/proc/net/tcp6"))
 TCP_LISTEN = "0A"  # the st column of a listening socket (include/net/tcp_states.h)
@@ -78,3 +78,22 @@ async def wait_until_closed(port: int, interval: float = WATCH_INTERVAL,
         if not listening:
             return
         await asyncio.sleep(interval)
+
+
+async def sleep_until_listening(port: int | None, seconds: float, interval: float = 0.1,
+                                tables: tuple[Path, ...] = SOCKET_TABLES) -> None:
+    """Sleep ``seconds``, or less: until a socket listens on ``port`` if none did when the sleep began.
+
+    A pod's application starts after its native sidecar; the sidecar's retries back off, so without
+    this a server that starts listening just after a retry waits for the next one (seconds of
+    NotReady on every pod start). Reading the socket table is invisible to the server.
+    """
+    if port is None or is_listening(port, tables) is not False:
+        await asyncio.sleep(seconds)
+        return
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while loop.time() < deadline:
+        await asyncio.sleep(min(interval, max(0.0, deadline - loop.time())))
+        if is_listening(port, tables):
+            return

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from lockstep.sidecar.listener import loopback_port, wait_until_closed
+from lockstep.sidecar.listener import loopback_port, sleep_until_listening, wait_until_closed
 from lockstep.sidecar.metrics import SidecarMetrics
 from lockstep.sidecar.settings import SidecarSettings
 
@@ -79,7 +79,9 @@ class Prober:
                 self._failed(FailureReason.INTERFACE_INVALID, str(error), scheduled=False)
             except Exception:  # never let the sidecar die: log and try again
                 logger.exception("Unexpected error in the probe loop")
-            await asyncio.sleep(retry)
+            # The backoff bounds the retries of a server that refuses or fails; one that is not listening
+            # yet (the application starts after its sidecar) is connected to as soon as it listens.
+            await sleep_until_listening(loopback_port(self._settings.mcp_url), retry)
             retry = min(retry * 2, MAX_RETRY, self._settings.interval)
 
     async def _session(self) -> str:

@@ -98,3 +98,33 @@ def test_without_retry_after_the_backoff_doubles_to_its_cap() -> None:
         waits.append(wait)
     assert backoff == 30.0
     assert 15.0 <= waits[-1] <= 30.0 and waits[0] <= 0.5
+
+
+async def test_a_server_that_starts_listening_is_connected_to_at_once() -> None:
+    """The application starts after its native sidecar: the retry's sleep ends when the port listens."""
+    from lockstep.sidecar.listener import sleep_until_listening
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    sleeping = asyncio.create_task(sleep_until_listening(port, 30.0, interval=0.01))
+    await asyncio.sleep(0.1)
+    assert not sleeping.done()
+    probe.listen()
+    await asyncio.wait_for(sleeping, timeout=5)  # not the 30 s of the backoff
+    assert loop.time() - started < 10
+    probe.close()
+
+
+async def test_a_listening_or_remote_server_sleeps_the_whole_backoff() -> None:
+    from lockstep.sidecar.listener import sleep_until_listening
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    for port in (listener.getsockname()[1], None):  # refusing with a listener, or not in this pod
+        sleeping = asyncio.create_task(sleep_until_listening(port, 0.3, interval=0.01))
+        await asyncio.sleep(0.15)
+        assert not sleeping.done()
+        await asyncio.wait_for(sleeping, timeout=5)
+    listener.close()
