@@ -322,7 +322,9 @@ def _sidecar_env(settings: SidecarSettings, binding: Binding, mcp_port: int,
         "LOCKSTEP_PROBE_CLIENT_CAPABILITIES": (format_client_capabilities(binding.client_capabilities)
                                                if binding.client_capabilities is not None else ""),
     }
-    return [{"name": name, "value": value} for name, value in values.items()]
+    # An empty value as the API server stores it (EnvVar.value is omitempty): a re-invoked webhook then
+    # finds exactly what it planned. The kubelet sets such a variable to the empty string.
+    return [{"name": name, "value": value} if value else {"name": name} for name, value in values.items()]
 
 
 def _seconds(value: float) -> str:

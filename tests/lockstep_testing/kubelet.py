@@ -322,7 +322,9 @@ async def _terminate(process: asyncio.subprocess.Process) -> None:
 
 
 def _plain_env(container: Mapping[str, Any]) -> dict[str, str]:
-    return {item["name"]: str(item["value"]) for item in container.get("env") or [] if "value" in item}
+    """The container's literal variables, as the kubelet sets them: one without a value (the API server
+    drops an empty one) is set to the empty string; valueFrom entries are not resolved here."""
+    return {item["name"]: str(item.get("value", "")) for item in container.get("env") or [] if "valueFrom" not in item}
 
 
 def _projected_token(pod: Mapping[str, Any], container: Mapping[str, Any]) -> dict[str, Any]:

@@ -111,7 +111,7 @@ async def start_pod(cluster: Cluster, pod: dict[str, Any], tmp_path: Path) -> As
     token = tmp_path / f"{name}.token"
     token.write_text(cluster.tokens.issue(NAMESPACE, name, uid))
     [sidecar] = [c for c in pod["spec"]["initContainers"] if c["name"] == "lockstep-sidecar"]
-    env = {variable["name"]: variable["value"] for variable in sidecar["env"]}
+    env = {variable["name"]: variable.get("value", "") for variable in sidecar["env"]}
     env.update({"LOCKSTEP_TOKEN_PATH": str(token), "LOCKSTEP_SIDECAR_PORT": "0"})  # the mount; a free port
     async with running_sidecar(SidecarSettings.from_env(env), host="127.0.0.1") as running:
         yield running

@@ -32,7 +32,7 @@ def expected_sidecar(interface: str = "weather", port: int = 8000, interval: str
         "imagePullPolicy": "IfNotPresent",
         "args": ["sidecar"],
         "restartPolicy": "Always",
-        "env": [{"name": name, "value": value} for name, value in env.items()],
+        "env": [{"name": name, "value": value} if value else {"name": name} for name, value in env.items()],
         "ports": [{"name": "lockstep-http", "containerPort": sidecar_port, "protocol": "TCP"}],
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": sidecar_port},
                           "periodSeconds": 20, "timeoutSeconds": 3, "failureThreshold": 3},
@@ -176,7 +176,7 @@ async def test_annotation_picks_the_interface(admit: Any, interfaces: list[Any])
     pod = plain_pod()
     pod["metadata"]["annotations"] = {"lockstep.dev/interface": "weather-legacy"}
     admitted = await admit(pod)
-    env = {e["name"]: e["value"] for e in admitted.pod["spec"]["initContainers"][0]["env"]}
+    env = {e["name"]: e.get("value", "") for e in admitted.pod["spec"]["initContainers"][0]["env"]}
     assert (env["LOCKSTEP_INTERFACE"], env["LOCKSTEP_MCP_PORT"], env["LOCKSTEP_MCP_TRANSPORT"],
             env["LOCKSTEP_MCP_PATH"]) == ("weather-legacy", "9000", "sse", "/sse")
 
@@ -208,7 +208,7 @@ async def test_named_port_and_headers_secret(admit: Any, interfaces: list[Any]) 
     admitted = await admit(plain_pod())
     spec = admitted.pod["spec"]
     sidecar = spec["initContainers"][0]
-    env = {e["name"]: e["value"] for e in sidecar["env"]}
+    env = {e["name"]: e.get("value", "") for e in sidecar["env"]}
     assert env["LOCKSTEP_MCP_PORT"] == "8000"
     assert env["LOCKSTEP_HEADERS_DIR"] == "/etc/lockstep/headers"
     assert {"name": "lockstep-headers", "mountPath": "/etc/lockstep/headers", "readOnly": True} \
