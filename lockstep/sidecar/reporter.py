@@ -16,6 +16,7 @@ import itertools
 import logging
 import random
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,8 @@ class Reporter:
         self._on_delivered = on_delivered
         self._withheld = withheld  # proxy mode: every report carries a proxy section
         self._pending: Observation | None = None
+        #: Since when reports fail (monotonic), and how many: one warning per outage, not per retry.
+        self._failing: tuple[float, int] | None = None
         self._wake = asyncio.Event()
         self.last_delivery: Delivery | None = None
         # Freshness: this process's random boot id and start time, and a sequence number per send, so
@@ -118,15 +121,20 @@ class Reporter:
                                                headers={"Authorization": f"Bearer {self._read_token()}"})
         except (httpx2.HTTPError, OSError) as error:
             self._metrics.reports.labels("failed").inc()
-            logger.warning("Report not delivered, will retry: %s", _one_line(error))
+            self._failed(f"Report not delivered, will retry: {_one_line(error)}")
             self._put_back(proxy)
             return 0.0
         if response.status_code in RETRIED_STATUSES:
             self._metrics.reports.labels("failed").inc()
-            logger.warning("Operator answered %s, will retry", response.status_code)
+            self._failed(f"Operator answered {response.status_code}, will retry")
             self._put_back(proxy)
             return _retry_after(response)
         accepted = 200 <= response.status_code < 300
+        if self._failing is not None:
+            since, count = self._failing
+            logger.info("Operator reached again after %d failed attempts in %.0fs", count,
+                        time.monotonic() - since)
+            self._failing = None
         self._metrics.reports.labels("accepted" if accepted else "rejected").inc()
         answer = _answer(response) if accepted else {}
         if not accepted:
@@ -138,6 +146,15 @@ class Reporter:
         if self._on_delivered is not None:
             self._on_delivered(self.last_delivery)
         return _retry_after(response) if response.status_code in RETRIED_REJECTIONS else None
+
+    def _failed(self, message: str) -> None:
+        """Warn at the first failure of a run of them; the retries that follow log at debug level."""
+        if self._failing is None:
+            self._failing = (time.monotonic(), 1)
+            logger.warning("%s (further retries are logged at debug level until one succeeds)", message)
+        else:
+            self._failing = (self._failing[0], self._failing[1] + 1)
+            logger.debug("%s", message)
 
     def _put_back(self, proxy: ProxyReport | None) -> None:
         if proxy is not None and self._withheld is not None:

@@ -128,3 +128,24 @@ async def test_a_listening_or_remote_server_sleeps_the_whole_backoff() -> None:
         assert not sleeping.done()
         await asyncio.wait_for(sleeping, timeout=5)
     listener.close()
+
+
+async def test_an_operator_outage_is_one_warning_not_one_per_retry(
+        operator: OperatorStandIn, certificates: Certificates, token_file: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """While the API server is away the operator answers 503 to every retry: the sidecar's log says so
+    once, and once more when a report gets through."""
+    import logging
+
+    from lockstep_testing.loopback import McpServerHandle
+
+    operator.answers = [503] * 6
+    handle = McpServerHandle(MutableServer(tools=make_tools(1)))
+    caplog.set_level(logging.DEBUG, logger="lockstep.sidecar")
+    async with handle.serving():
+        env = sidecar_env(handle.url, operator.url, certificates.ca_pem, token_file, interval=3600)
+        async with running_sidecar(SidecarSettings.from_env(env), host="127.0.0.1", max_report_backoff=0.05):
+            await eventually(lambda: operator.refused == 6 and operator.reports, what="six refusals and a delivery")
+    retries = [r for r in caplog.records if "will retry" in r.getMessage()]
+    assert [r.levelname for r in retries].count("WARNING") == 1 and len(retries) == 6
+    assert any("reached again after 6 failed attempts" in r.getMessage() for r in caplog.records)
