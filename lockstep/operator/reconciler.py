@@ -191,6 +191,24 @@ class Reconciler:
             old = {resource.key for resource in self.cache.selecting(previous)}
             self._dirty.update(old | {resource.key for resource in self.cache.selecting(record)})
             await self._judge_pod(record.key)
+        elif (record.key not in self.tracks and not record.deleting and self.is_leader()
+              and (_condition_of(record) or ("",))[0] == "True"):
+            await self._foreign_condition(record)
+
+    async def _foreign_condition(self, pod: PodRecord) -> None:
+        """A pod that has not reported to this operator carries ``interface-verified=True``: anyone with
+        pods/status rights can write it. With one resource selecting the pod it stands as a restored
+        verdict would (a write of the previous leader can arrive after a hand-over): the pod gets
+        staleAfter to report, then is ReportStale. With none or several, Lockstep would never have
+        written True: it is set False at once."""
+        self.tracks[pod.key] = PodTrack(uid=pod.uid, received_at=time.monotonic(), written=_condition_of(pod))
+        if len(self.cache.selecting(pod)) == 1:
+            logger.warning("Pod %s/%s carries %s=True that this operator did not write: it stands for staleAfter "
+                           "unless the pod reports", pod.namespace, pod.name, CONDITION_TYPE)
+            return
+        logger.warning("Pod %s/%s carries %s=True that Lockstep did not write: setting it False",
+                       pod.namespace, pod.name, CONDITION_TYPE)
+        await self._judge_pod(pod.key)
 
     # ------------------------------------------------------------------ reports and timers
     async def accept(self, pod: PodRecord, observation: Observation,
@@ -277,8 +295,8 @@ class Reconciler:
         reports that waited during the pause are read before anyone is blamed)."""
         now = self.clock.now()
         for key, track in list(self.tracks.items()):
-            if track.stale or track.observation is None:
-                continue
+            if track.stale or (track.observation is None and (track.written or ("",))[0] != "True"):
+                continue  # a True without an observation (restored from the cluster) must be renewed too
             pod = self.cache.pod(*key)
             resources = self.cache.selecting(pod) if pod else []
             if len(resources) == 1 and self.clock.silence(track.received_at, now) > resources[0].policy.stale_after:
@@ -327,10 +345,10 @@ class Reconciler:
                 return None
             if len(resources) > 1:
                 verdict = judge_conflict([record.policy.name for record in resources])
-            elif track.observation is None:
-                return track.verdict
             elif track.stale:
                 verdict = judge_stale(resources[0].policy, time.monotonic() - track.received_at)
+            elif track.observation is None:
+                return track.verdict
             else:
                 verdict = self._judge_once(track.observation, resources[0].policy, track.was_verified,
                                            track.proxied)

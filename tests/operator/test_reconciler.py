@@ -90,3 +90,73 @@ async def test_a_pod_whose_resource_is_deleted_is_no_longer_verified() -> None:
     assert api.writes == ["Verified", "NotApproved"]
     condition = PodRecord.from_body(api.pod).lockstep_condition
     assert condition is not None and condition["message"] == "no MCPServerInterface selects this pod any more"
+
+
+FORGED = {"type": "lockstep.dev/interface-verified", "status": "True", "reason": "Verified", "message": "trust me"}
+
+
+def _with_condition(condition: dict[str, Any]) -> dict[str, Any]:
+    body = copy.deepcopy(POD)
+    body["metadata"]["resourceVersion"] = "2"
+    body["status"]["conditions"].append(condition)
+    return body
+
+
+async def test_a_true_condition_lockstep_did_not_write_lasts_only_stale_after() -> None:
+    """Anyone with pods/status rights can write the gate's condition: a pod whose sidecar never reports
+    must not stay in its Service on a True that the operator did not write."""
+    api = RecordingApi()
+    reconciler = Reconciler(OperatorConfig(), api, Metrics(), SilentEvents())  # type: ignore[arg-type]
+    reconciler.synced.set()
+    await reconciler.on_resource("ADDED", RESOURCE)
+    await reconciler.on_pod("ADDED", POD)
+    await reconciler.on_pod("MODIFIED", _with_condition(FORGED))
+    await reconciler.check_stale()
+    assert api.writes == []  # within staleAfter: it may be the previous leader's last write
+    reconciler.tracks[("ns", "p1")].received_at -= 10_000
+    reconciler.clock.listening_since -= 10_000  # the operator listened all along
+    await reconciler.check_stale()
+    assert api.writes == ["ReportStale"]
+    condition = PodRecord.from_body(api.pod).lockstep_condition
+    assert condition is not None and condition["status"] == "False"
+    await reconciler.accept(reconciler.cache.pod("ns", "p1"), _report(GOOD))  # type: ignore[arg-type]
+    assert api.writes == ["ReportStale", "Verified"]  # the pod's own report is judged as usual
+
+
+async def test_a_standby_never_corrects_a_condition() -> None:
+    api = RecordingApi()
+    reconciler = Reconciler(OperatorConfig(), api, Metrics(), SilentEvents(),  # type: ignore[arg-type]
+                            is_leader=lambda: False)
+    reconciler.synced.set()
+    await reconciler.on_pod("ADDED", POD)
+    await reconciler.on_pod("MODIFIED", _with_condition(FORGED))
+    assert api.writes == [] and ("ns", "p1") not in reconciler.tracks
+
+
+async def test_a_forged_true_on_a_pod_no_resource_selects_is_set_false() -> None:
+    api = RecordingApi()
+    reconciler = Reconciler(OperatorConfig(), api, Metrics(), SilentEvents())  # type: ignore[arg-type]
+    reconciler.synced.set()
+    await reconciler.on_pod("ADDED", POD)
+    await reconciler.on_pod("MODIFIED", _with_condition(FORGED))
+    assert api.writes == ["NotApproved"]
+
+
+async def test_a_restored_true_without_an_observation_goes_stale_when_the_pod_stays_silent() -> None:
+    """After a restart a True is taken from the cluster; if no report renews it within staleAfter (the
+    status had no observation to rebuild, e.g. a forged True), it is not kept for ever."""
+    api = RecordingApi()
+    api.pod = _with_condition(FORGED)
+    reconciler = Reconciler(OperatorConfig(), api, Metrics(), SilentEvents())  # type: ignore[arg-type]
+    await reconciler.on_resource("ADDED", RESOURCE)
+    await reconciler.on_pod("ADDED", api.pod)
+    reconciler.synced.set()
+    reconciler._restore_track(reconciler.cache.pod("ns", "p1"))  # type: ignore[arg-type]
+    track = reconciler.tracks[("ns", "p1")]
+    assert track.observation is None and track.written is not None and track.written[0] == "True"
+    await reconciler.check_stale()
+    assert api.writes == []  # within staleAfter of the restart: kept
+    track.received_at -= 10_000
+    reconciler.clock.listening_since -= 10_000  # the operator listened all along
+    await reconciler.check_stale()
+    assert api.writes == ["ReportStale"]
