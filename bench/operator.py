@@ -75,6 +75,22 @@ class Phase:
     api_latencies: list[float] = field(default_factory=list)  # the emulated API's PATCH, probed aside
     loop_latencies: list[float] = field(default_factory=list)  # the operator's /readyz, probed aside
     client_cpu: float = 0.0
+    #: The operator's own API requests during the phase (its /debug/api-requests), by "VERB kind".
+    api_requests: dict[str, int] = field(default_factory=dict)
+    api_bytes: int = 0  # request and response bodies, both ways
+    #: CPU seconds of the phase and the 1.5 s after it (its status flush and Events): the per-202 costs.
+    operator_cpu_total: float = 0.0
+    api_cpu_total: float = 0.0
+
+    def per_report(self) -> list[str]:
+        """Costs per accepted report (each one a verdict change in first and drift, none in steady)."""
+        ok = max(1, self.ok)
+        return [f"{self.operator_cpu_total / ok * 1000:.2f}", f"{self.api_cpu_total / ok * 1000:.2f}",
+                f"{sum(self.api_requests.values()) / ok:.2f}", f"{self.api_bytes / ok / 1024:.2f}"]
+
+    def requests_line(self) -> str:
+        ok = max(1, self.ok)
+        return ", ".join(f"{kind} {count / ok:.2f}" for kind, count in sorted(self.api_requests.items()))
 
     def row(self) -> list[str]:
         ordered = sorted(self.latencies) or [float("nan")]
@@ -212,6 +228,16 @@ async def report_seconds(metrics_port: int) -> float:
     return 0.0
 
 
+async def api_requests(metrics_port: int) -> tuple[dict[str, int], int]:
+    """The operator's API requests so far, by "VERB kind", and the bytes of their bodies both ways."""
+    async with aiohttp.ClientSession() as session, \
+            session.get(f"http://127.0.0.1:{metrics_port}/debug/api-requests") as response:
+        if response.status != 200:
+            return {}, 0
+        counts = await response.json()
+    return dict(counts.get("requests") or {}), int(counts.get("bytesSent", 0)) + int(counts.get("bytesReceived", 0))
+
+
 def peak_rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
@@ -315,6 +341,7 @@ async def run_phases(kubeconfig: Path, folder: Path, resources: int, chosen: Seq
                 targets = [(token, bodies[i]) for token, (i, _) in zip(pod_tokens, chosen)]
                 operator_before, api_before = process_cpu(pid), api_cpu()
                 server_before = await report_seconds(metrics_port)
+                requests_before, bytes_before = await api_requests(metrics_port)
                 api_latencies: list[float] = []
                 loop_latencies: list[float] = []
                 probes = [asyncio.create_task(api_probe(api_latencies)),
@@ -327,9 +354,15 @@ async def run_phases(kubeconfig: Path, folder: Path, resources: int, chosen: Seq
                 phase.api_latencies, phase.loop_latencies = api_latencies, loop_latencies
                 phase.operator_cpu = process_cpu(pid) - operator_before
                 phase.emulator_cpu = api_cpu() - api_before
+                await asyncio.sleep(1.5)  # the status flush (every second) and the Events of the phase's changes
+                phase.operator_cpu_total = process_cpu(pid) - operator_before
+                phase.api_cpu_total = api_cpu() - api_before
                 phase.server_seconds = await report_seconds(metrics_port) - server_before
+                requests_after, bytes_after = await api_requests(metrics_port)
+                phase.api_requests = {kind: count - requests_before.get(kind, 0) for kind, count in requests_after.items()
+                                      if count - requests_before.get(kind, 0) > 0}
+                phase.api_bytes = bytes_after - bytes_before
                 phases.append(phase)
-                await asyncio.sleep(1)
             rss = peak_rss_mb(pid)
     return phases, rss
 
@@ -455,8 +488,10 @@ def main() -> None:
                         help="the emulated API (default), a real control plane (KUBEBUILDER_ASSETS), or both")
     args = parser.parse_args()
     header = ["API", "N x M", "phase", "sent", "202", "reports/s", "p50 ms", "p99 ms", "operator CPU",
-              "API CPU", "client CPU", "in operator ms", "API PATCH ms", "/readyz ms", "peak RSS MB", "pod writes"]
-    rows = []
+              "API CPU", "client CPU", "in operator ms", "API PATCH ms", "/readyz ms", "op CPU ms/202", "API CPU ms/202", "API req/202", "API KB/202",
+              "peak RSS MB", "pod writes"]
+    rows: list[list[str]] = []
+    notes: list[str] = []
     backends = {"kmock": ["kmock"], "real": ["real"], "both": ["kmock", "real"]}[args.backend]
     for backend in backends:
         for size in args.sizes.split(","):
@@ -465,13 +500,18 @@ def main() -> None:
             phases, rss, writes = asyncio.run(run(resources, replicas, args.rate, args.seconds))
             for index, phase in enumerate(phases):
                 first = index == 0
-                rows.append([backend if first else "", size if first else "", *phase.row(),
+                notes.append(f"{backend} {size} {phase.name}: API requests per 202: {phase.requests_line() or 'none'}")
+                rows.append([backend if first else "", size if first else "", *phase.row(), *phase.per_report(),
                              f"{rss:.0f}" if first else "", (str(writes) if writes >= 0 else "-") if first else ""])
     widths = [max(len(str(row[column])) for row in [header, *rows]) for column in range(len(header))]
     print(f"rate {args.rate:.0f} reports/s, {args.seconds:.0f} s per phase; latency = report sent -> 202 "
           "(answered after the pod condition is written); CPU in % of one core")
     for row in [header, *rows]:
         print("  ".join(str(cell).rjust(width) for cell, width in zip(row, widths)))
+    print("CPU and API costs per 202 include the status flush and Events that follow the phase (1.5 s); "
+          "in first and drift every 202 is a verdict change")
+    for note in notes:
+        print(note)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from aiohttp import web
 from lockstep.operator.config import OperatorConfig
 from lockstep.operator.events import EventPoster
 from lockstep.operator.freshness import OperatorClock
-from lockstep.operator.kube import GROUP, PLURAL, VERSION
+from lockstep.operator.kube import GROUP, PLURAL, VERSION, api_counts
 from lockstep.operator.metrics import Metrics
 from lockstep.operator.outage import PROBE_INTERVAL, ApiOutage, ApiUnavailable, EndlessBackoffs, TrackedKubeClient
 from lockstep.operator.peering import Leadership
@@ -174,12 +174,17 @@ class LockstepOperator:
             return
         app = web.Application()
         app.router.add_get("/metrics", self.metrics.serve)
+        app.router.add_get("/debug/api-requests", self._api_requests)
         self._metrics_runner = web.AppRunner(app, access_log=None, handle_signals=False)
         await self._metrics_runner.setup()
         site = web.TCPSite(self._metrics_runner, self.config.metrics_host, self.config.metrics_port)
         await site.start()
         sockets = getattr(getattr(site, "_server", None), "sockets", None) or []
         self.metrics_port = sockets[0].getsockname()[1] if sockets else self.config.metrics_port
+
+    async def _api_requests(self, request: web.Request) -> web.Response:
+        """The operator's own API requests so far (bench/operator.py reads them per phase)."""
+        return web.json_response(api_counts(self._client) if self._client is not None else {})
 
     async def _flush(self) -> None:
         """Verdicts that waited for the API server first, then the resources' status."""

@@ -9,6 +9,7 @@ Every PATCH is a JSON merge patch and says so in its Content-Type.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
@@ -43,6 +44,12 @@ class KubeClient:
             headers=headers,
             timeout=aiohttp.ClientTimeout(total=30),
         )
+        #: Requests made, by "VERB kind" (kind: the path's last resource name, e.g. "PATCH pods/status"),
+        #: and the bytes of their bodies sent and received: what the operator costs the API server
+        #: (served as JSON on the metrics port at /debug/api-requests; bench/operator.py reads it).
+        self.requests: Counter[str] = Counter()
+        self.bytes_sent = 0
+        self.bytes_received = 0
 
     async def close(self) -> None:
         await self._session.close()
@@ -51,9 +58,12 @@ class KubeClient:
                       content_type: str = "application/json", params: Mapping[str, str] | None = None) -> Any:
         data = json.dumps(body, separators=(",", ":")) if body is not None else None
         headers = {"Content-Type": content_type} if data is not None else {}
+        self.requests[f"{method} {_kind(path)}"] += 1
+        self.bytes_sent += len(data) if data is not None else 0
         async with self._session.request(method, self._server + path, data=data, headers=headers,
                                          params=params) as response:
             text = await response.text()
+            self.bytes_received += len(text)
             if response.status >= 400:
                 raise KubeApiError(response.status, _status_message(text))
             return json.loads(text) if text else None
@@ -119,6 +129,23 @@ class KubeClient:
     def resources_path(namespace: str | None) -> str:
         base = f"/apis/{GROUP}/{VERSION}"
         return f"{base}/namespaces/{namespace}/{PLURAL}" if namespace else f"{base}/{PLURAL}"
+
+
+def _kind(path: str) -> str:
+    """The resource a request is about, for counting: "pods/status", "events", "tokenreviews"..."""
+    parts = [part for part in path.split("?", 1)[0].split("/") if part]
+    if "namespaces" in parts and parts.index("namespaces") + 2 < len(parts):
+        parts = parts[parts.index("namespaces") + 2:]
+    elif parts and parts[0] in ("api", "apis"):
+        parts = parts[2:] if parts[0] == "api" else parts[3:]
+    if len(parts) >= 3:
+        return f"{parts[0]}/{parts[2]}"  # a subresource: pods/status
+    return parts[0] if parts else "/"
+
+
+def api_counts(client: KubeClient) -> dict[str, Any]:
+    return {"requests": dict(client.requests), "total": sum(client.requests.values()),
+            "bytesSent": client.bytes_sent, "bytesReceived": client.bytes_received}
 
 
 def _status_message(text: str) -> str:
