@@ -1,8 +1,9 @@
 """``lockstep proxy``: an MCP-aware reverse proxy that lets only approved interface reach clients.
 
 Every request goes to the same path on the upstream origin, with its headers (``Host`` is the
-client's on a loopback listener, so that the server's own DNS-rebinding check still sees it, else
-the upstream's, or ``upstream_host``; hop-by-hop headers are the connection's own). The listener
+client's on a loopback listener, so that the server's own DNS-rebinding check still sees it, with
+the upstream's port where it names this listener; else the upstream's, or ``upstream_host``;
+hop-by-hop headers are the connection's own). The listener
 refuses a ``Host`` or ``Origin`` its :class:`~lockstep.proxy.listener.HostPolicy` does not allow.
 
 Every successful answer is read the way the most lenient client in use reads it (the official
@@ -178,8 +179,35 @@ class ProxyApp:
         check, and the upstream's own host:port goes upstream (a server bound to 127.0.0.1 with the
         SDK's protection refuses a Service name)."""
         self.hosts = HostPolicy.for_listener(host, port, *self._allowed)
+        self._listen_port = port
         if not self._upstream_host_given:
             self.upstream_host = None if is_loopback(host) else self._upstream_netloc
+
+    def _upstream_host_headers(self, request: web.Request) -> list[tuple[str, str]]:
+        """``Host`` (and ``Origin``) as the upstream gets them. The client's, except that a loopback name
+        with this listener's port (the client reached the proxy, as the server's own allow-list
+        would have it reach the server) takes the upstream's port, in ``Host`` and in an ``Origin`` of
+        the same host: a server that allows only its own port keeps working, and a foreign name still
+        reaches the server's own check unchanged."""
+        if self.upstream_host is not None:
+            return [("Host", self.upstream_host)]
+        host = request.headers.get("Host")
+        if not host:
+            return []
+        name, _, port = host.rpartition(":") if not host.endswith("]") else (host, "", "")
+        if not name or not port.isdigit():
+            name, port = host, ""
+        upstream_port = urlsplit(self.upstream_origin).port
+        if not is_loopback(name) or upstream_port is None or \
+                (port or "80") != str(getattr(self, "_listen_port", "")):
+            return [("Host", host)]
+        mapped = f"{name}:{upstream_port}"
+        headers = [("Host", mapped)]
+        origin = request.headers.get("Origin")
+        for scheme in ("http", "https"):
+            if origin is not None and origin.lower().rstrip("/") == f"{scheme}://{host}".lower():
+                headers.append(("Origin", f"{scheme}://{mapped}"))
+        return headers
 
     def _found(self, finding: Finding) -> None:
         self.metrics.finding(finding, self._client_label(finding.client))
@@ -311,10 +339,10 @@ class ProxyApp:
 
     async def _forward(self, request: web.Request, body: bytes, exchange: _Exchange) -> web.StreamResponse:
         assert self._session is not None, "the proxy's client session is not open"
-        headers = [(name, value) for name, value in request.headers.items() if name.lower() not in _HOP_BY_HOP]
-        host = self.upstream_host if self.upstream_host is not None else request.headers.get("Host")
-        if host:
-            headers.append(("Host", host))
+        replaced = self._upstream_host_headers(request)
+        dropped = _HOP_BY_HOP | {name.lower() for name, _ in replaced}
+        headers = [(name, value) for name, value in request.headers.items() if name.lower() not in dropped]
+        headers += replaced
         url = self.upstream_origin + request.raw_path
         started = time.perf_counter()
         try:
@@ -357,14 +385,16 @@ class ProxyApp:
         if route is _Route.REFUSE:
             refusal = self._unjudged(next(iter(exchange.methods), None), "an answer of another Content-Type")
             return 200, ["application/json"], json.dumps(refusal).encode()
+        sent_types = ["text/event-stream"] if route is _Route.EVENTS_NORMALISED else content_types
         splitter, out = EventSplitter(self.max_body), []
         try:
             for raw in splitter.feed(body):
                 out.append(self._event(parse_event(raw), exchange))
+            last, rest = splitter.finish()
+            out += [self._event(parse_event(raw), exchange) for raw in last]
         except (EventTooLargeError, UnjudgedError):
-            return status, content_types, b"".join(out)  # the stream ends here
-        out.append(splitter.rest())
-        return status, ["text/event-stream"] if route is _Route.EVENTS_NORMALISED else content_types, b"".join(out)
+            return status, sent_types, b"".join(out)  # the stream ends here
+        return status, sent_types, b"".join(out) + rest
 
     async def _json(self, request: web.Request, upstream: aiohttp.ClientResponse,
                     exchange: _Exchange) -> web.StreamResponse:
@@ -443,7 +473,13 @@ class ProxyApp:
             if legacy is not None:
                 self._legacy.pop(legacy.endpoint, None)
         with contextlib.suppress(ConnectionError):
-            await response.write(splitter.rest())
+            last, rest = splitter.finish()
+            try:
+                for raw in last:
+                    await response.write(self._event(parse_event(raw), exchange))
+            except UnjudgedError:
+                return response
+            await response.write(rest)
             await response.write_eof()
         return response
 
@@ -561,12 +597,15 @@ class _Route(enum.Enum):
 
 def _route(method: str, status: int, content_types: list[str], exchange: _Exchange) -> _Route:
     """How an upstream answer is relayed, decided as the most lenient client reads it."""
-    if not 200 <= status < 300 or status == 202:
+    if not 200 <= status < 300:
         return _Route.PASS  # no client parses these as messages
+    if method == "GET":
+        # The TypeScript client reads any ok GET answer (202 too) as events, whatever its type.
+        return _Route.EVENTS
+    if status == 202:
+        return _Route.PASS  # a POST's 202 has no message for any client
     # fetch joins repeated headers with ", ", and the TypeScript SDK before 1.18 tests for a substring.
     joined = ", ".join(content_types).lower()
-    if method == "GET":
-        return _Route.EVENTS  # the TypeScript client reads a GET stream as events whatever its type
     if "text/event-stream" in joined:
         exact = len(content_types) == 1 and _essence(content_types[0]) == "text/event-stream"
         return _Route.EVENTS if exact else _Route.EVENTS_NORMALISED

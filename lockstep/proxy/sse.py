@@ -54,6 +54,15 @@ class EventSplitter:
         self._scanned = len(self._buffer)
         return events
 
+    def finish(self) -> tuple[list[bytes], bytes]:
+        """When the stream ends: the event a final lone CR completes (it can no longer be the first half
+        of a CRLF, and some parsers dispatch it), and what is left (an unterminated event)."""
+        match = _EVENT_END.search(self._buffer, max(0, self._scanned - 3))
+        if match is not None and match.end() == len(self._buffer):
+            event, self._buffer = self._buffer, b""
+            return [event], b""
+        return [], self.rest()
+
     def rest(self) -> bytes:
         """What is left when the stream ends (an unterminated event, which clients discard)."""
         rest, self._buffer = self._buffer, b""

@@ -191,7 +191,10 @@ def unapproved_components(messages: Iterable[Any], gate: Any) -> list[str]:
                 found += [verdict.ref for verdict in map(lambda item, k=kind: gate.check(k, item), items)
                           if not verdict.approved]
         instructions = result.get("instructions")
-        if isinstance(instructions, str) and not gate.check(ComponentKind.INSTRUCTIONS, instructions).approved:
+        # Instructions reach a client only in an initialize (or server/discover) result, whose schema in
+        # both SDKs requires "capabilities": elsewhere the field is an unknown one of another result.
+        if isinstance(instructions, str) and "capabilities" in result \
+                and not gate.check(ComponentKind.INSTRUCTIONS, instructions).approved:
             found.append("instructions/instructions")
     return found
 

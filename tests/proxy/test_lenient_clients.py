@@ -230,7 +230,11 @@ async def test_the_clients_host_goes_upstream_so_the_servers_own_check_still_wor
             through = await post_initialize(proxy.url, Host="evil.example.com")
             await post_initialize(proxy.url)
     assert through.status_code == direct.status_code >= 400  # the server's own DNS-rebinding check
-    assert server.http_requests[-1]["host"] == proxy.url.split("/")[2]  # the client's Host, not the upstream's
+    upstream_port = upstream.split(":")[2].split("/")[0]
+    assert server.http_requests[-2]["host"] == "evil.example.com"  # a foreign name goes upstream as it came
+    # The proxy's own name goes upstream as the client wrote it, with the server's port (an allow-list of
+    # the server's own host:port still passes it).
+    assert server.http_requests[-1]["host"] == f"127.0.0.1:{upstream_port}"
 
 
 async def test_a_configured_upstream_host_is_sent_instead() -> None:
@@ -250,3 +254,19 @@ async def test_the_typescript_sdk_client_passes_the_hosts_a_desktop_uses(sdk: st
         async with running_proxy(upstream, [approved]) as proxy:
             seen = await run_ts_client(proxy.url.replace("127.0.0.1", "localhost"), sdk=sdk)  # type: ignore[arg-type]
     assert set(seen.tools) == {"tool_0", "tool_1"}, seen.error_text()
+
+
+@needs_node
+async def test_a_server_that_allows_only_its_own_host_and_port_works_through_the_proxy() -> None:
+    """The TypeScript SDK's protection as servers configure it: Host and Origin of its own port only. The
+    proxy's own name, with the server's port, still passes it; a foreign name is refused by both."""
+    with ts_server(dns_rebinding_protection=True) as server:
+        async with running_proxy(server.url, []) as proxy:
+            port = proxy.url.split(":")[2].split("/")[0]
+            same_origin = await post_initialize(proxy.url, Origin=f"http://127.0.0.1:{port}")
+            evil = await post_initialize(proxy.url, Host="evil.example.com")
+        async with running_proxy(server.url, [], allowed_hosts=["*"], allowed_origins=["*"]) as open_proxy:
+            evil_past_the_proxy = await post_initialize(open_proxy.url, Host="evil.example.com")
+    assert same_origin.status_code == 200, same_origin.text
+    assert evil.status_code == 403 and "DNS rebinding" in evil.text
+    assert evil_past_the_proxy.status_code == 403  # the server's own check, which sees the client's name
