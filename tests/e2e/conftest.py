@@ -8,6 +8,7 @@ namespace opted in to injection (deleted afterwards).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 from collections.abc import Iterator
@@ -55,34 +56,32 @@ def lockstep_installed(kube_api: Any) -> None:
         raise
 
 
-@pytest.fixture
-def e2e_namespace(kube_api: Any, lockstep_installed: None) -> Iterator[str]:
-    """A fresh namespace with ``lockstep.dev/inject: enabled``; deleted with everything in it."""
+@contextlib.contextmanager
+def fresh_namespace(kube_api: Any, name: str, labels: dict[str, str]) -> Iterator[str]:
+    """Namespace ``name`` for the block; deleted with everything in it unless LOCKSTEP_E2E_KEEP is set."""
     import kubernetes
 
     core = kubernetes.client.CoreV1Api(kube_api)
-    name = f"lockstep-e2e-{secrets.token_hex(3)}"
-    core.create_namespace({"metadata": {"name": name, "labels": {INJECT_LABEL: "enabled"}}})
+    core.create_namespace({"metadata": {"name": name, "labels": labels}})
     try:
         yield name
     finally:
         if not os.environ.get("LOCKSTEP_E2E_KEEP"):
             core.delete_namespace(name)
+
+
+@pytest.fixture
+def e2e_namespace(kube_api: Any, lockstep_installed: None) -> Iterator[str]:
+    """A fresh namespace with ``lockstep.dev/inject: enabled``."""
+    with fresh_namespace(kube_api, f"lockstep-e2e-{secrets.token_hex(3)}", {INJECT_LABEL: "enabled"}) as name:
+        yield name
 
 
 @pytest.fixture
 def agent_namespace(kube_api: Any, e2e_namespace: str) -> Iterator[str]:
     """A namespace that is not opted in, for the agents (MCP clients) that call the servers."""
-    import kubernetes
-
-    core = kubernetes.client.CoreV1Api(kube_api)
-    name = f"{e2e_namespace}-agents"
-    core.create_namespace({"metadata": {"name": name}})
-    try:
+    with fresh_namespace(kube_api, f"{e2e_namespace}-agents", {}) as name:
         yield name
-    finally:
-        if not os.environ.get("LOCKSTEP_E2E_KEEP"):
-            core.delete_namespace(name)
 
 
 @pytest.fixture
