@@ -31,11 +31,11 @@ from lockstep.operator.injection import (
     TOKEN_VOLUME,
 )
 
+from lockstep.core.enforcement import strictness as rank
+
 __all__ = ["AdmissionPolicy", "as_injected", "opted_out", "strictness", "update_violations", "violations", "weaker_than"]
 
 CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
-ENFORCEMENT_RANK = {"Audit": 0, "Isolate": 1}
-APPROVAL_RANK = {"FirstSeen": 0, "Manual": 1}
 
 
 @dataclass(frozen=True)
@@ -158,9 +158,9 @@ def update_violations(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[st
 
 
 def strictness(interface: Mapping[str, Any]) -> tuple[int, int]:
+    """The order the judge uses (lockstep.core.enforcement): Isolate over Quarantine over Audit."""
     spec = interface.get("spec") or {}
-    return (ENFORCEMENT_RANK.get(str(spec.get("enforcement", "Isolate")), 1),
-            APPROVAL_RANK.get(str(spec.get("approval", "Manual")), 1))
+    return rank(str(spec.get("enforcement", "Isolate")), str(spec.get("approval", "Manual")))
 
 
 def weaker_than(chosen: Mapping[str, Any], selecting: Sequence[Mapping[str, Any]]) -> list[str]:

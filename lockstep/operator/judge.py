@@ -21,6 +21,7 @@ from lockstep.operator.injection import (
 
 from lockstep.core import Interface, InterfaceError, LockstepError
 from lockstep.core.conditions import CONDITION_TYPE, Reason
+from lockstep.core.enforcement import Approval, Enforcement, strictness
 from lockstep.core.diff import UncomparableRevisionsError, closest_revision, diff_revisions
 from lockstep.core.digest import DIGEST_PREFIX
 from lockstep.core.report import Observation
@@ -57,17 +58,6 @@ class PodState(str, enum.Enum):
     CONFLICT = "conflict"
     AUDIT = "audit"
     QUARANTINED = "quarantined"
-
-
-class Enforcement(str, enum.Enum):
-    ISOLATE = "Isolate"
-    AUDIT = "Audit"
-    QUARANTINE = "Quarantine"
-
-
-class Approval(str, enum.Enum):
-    MANUAL = "Manual"
-    FIRST_SEEN = "FirstSeen"
 
 
 _STATE_OF_REASON = {
@@ -110,7 +100,7 @@ class Policy:
     def strictness(self) -> tuple[int, int]:
         """(enforcement, approval), higher is stricter: Isolate over Quarantine over Audit, Manual over
         FirstSeen."""
-        return (_ENFORCEMENT_STRICTNESS[self.enforcement], int(self.approval is Approval.MANUAL))
+        return strictness(self.enforcement.value, self.approval.value)
 
     @classmethod
     def from_resource(cls, body: Mapping[str, Any]) -> Policy:
@@ -160,7 +150,6 @@ class Policy:
                 self.approval, self.trusted.aggregate if self.trusted else None, self.stale_after)
 
 
-_ENFORCEMENT_STRICTNESS = {Enforcement.AUDIT: 0, Enforcement.QUARANTINE: 1, Enforcement.ISOLATE: 2}
 #: Reasons the proxy answers for in enforcement Quarantine: drift, which it withholds component by component.
 QUARANTINED_REASONS = frozenset({Reason.INTERFACE_CHANGED, Reason.NOT_APPROVED})
 
