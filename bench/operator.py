@@ -2,12 +2,15 @@
 
 The operator runs as a real ``lockstep operator`` process (its peak RSS is its own), logged in to
 an emulated API (kmock, in this process) through a kubeconfig. This process also drives the load:
-HTTPS reports with pod-bound tokens, open loop at ``--rate`` reports/s. Three phases, each on the
+HTTPS reports with pod-bound tokens, open loop at ``--rate`` reports/s. Four phases, each on the
 same pods:
 
   first   each pod's first report: TokenReview + verdict Verified + condition written
   drift   the interface changed: verdict InterfaceChanged + condition written (+ Events)
-  steady  the same drifted interface again: verdict unchanged, nothing written
+  steady  the same drifted interface again, in full (a sidecar before issue 18): verdict unchanged,
+          nothing written
+  digests the same again in digests only, as today's sidecar sends an unchanged interface: the operator
+          judges it with the definitions it holds for the digest
 
 Latency is the client's: from sending a report to its 202, which the operator answers once the
 pod's condition is written. Usage::
@@ -113,6 +116,10 @@ def interface_of(index: int, drifted: bool) -> dict[str, Any]:
 
 def report_body(index: int, drifted: bool) -> dict[str, Any]:
     return Observation.of_interface(Interface.from_document(interface_of(index, drifted)), AT).to_dict()
+
+
+def digests_only(body: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in body.items() if key != "definitions"}
 
 
 def resource(index: int) -> dict[str, Any]:
@@ -337,7 +344,8 @@ async def run_phases(kubeconfig: Path, folder: Path, resources: int, chosen: Seq
             context = ssl.create_default_context(cafile=str(folder / "tls.crt"))  # for the probes
             url = f"https://127.0.0.1:{report_port}/v1/reports"
             phases = []
-            for name, bodies in (("first", clean), ("drift", drifted), ("steady", drifted)):
+            digests = {i: digests_only(body) for i, body in drifted.items()}
+            for name, bodies in (("first", clean), ("drift", drifted), ("steady", drifted), ("digests", digests)):
                 targets = [(token, bodies[i]) for token, (i, _) in zip(pod_tokens, chosen)]
                 operator_before, api_before = process_cpu(pid), api_cpu()
                 server_before = await report_seconds(metrics_port)

@@ -17,6 +17,12 @@ Wire form (JSON)::
 The pod is never named in the body: the operator takes it from the caller's
 reviewed token. When ``definitions`` is present the operator digests it again
 and refuses a report whose digests do not match (a forged or corrupted report).
+
+A digest-only report leaves ``definitions`` out: the sidecar sends one when its
+interface is the one the operator last accepted from it. The operator judges it
+with the definitions it holds for that digest (re-checked against the reported
+digests) or answers 428 ``DefinitionsRequired``, and the sidecar sends the full
+report at once.
 """
 
 from __future__ import annotations
@@ -81,11 +87,13 @@ class Observation:
     def failed(self) -> bool:
         return self.failure_reason is not None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, with_definitions: bool = True) -> dict[str, Any]:
+        """The wire form; ``with_definitions=False``: a digest-only report (no ``definitions`` key)."""
         body: dict[str, Any] = {"observedAt": self.observed_at, "view": self.view}
         if self.digest is not None:
             body.update(self.digest.to_dict())
-            body["definitions"] = self.definitions
+            if with_definitions:
+                body["definitions"] = self.definitions
         if self.failure_reason is not None:
             body["failure"] = {"reason": self.failure_reason.value, "message": self.failure_message}
         return body

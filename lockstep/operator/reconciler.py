@@ -44,12 +44,20 @@ from lockstep.core.errors import LockstepError
 from lockstep.core.report import FailureReason, Observation, ProxyReport
 from lockstep.core.revision import Revision
 
-__all__ = ["Reconciler"]
+__all__ = ["DefinitionsRequired", "Reconciler"]
 
 logger = logging.getLogger(__name__)
 Key = tuple[str, str]
 WRITE_ATTEMPTS = 4
 VERDICT_CACHE_SIZE = 4096
+#: Definitions kept per resource for digest-only reports, by aggregate digest (the most recently used).
+HELD_PER_RESOURCE = 32
+
+
+class DefinitionsRequired(Exception):
+    """A digest-only report the operator cannot take: it holds no definitions for the digest (a restart,
+    another replica), or taking it would make the pod's condition True (only a full report may do that).
+    The sidecar sends the report again at once, with its definitions."""
 _FAILURE_REASONS = {Reason.SERVER_UNREACHABLE: FailureReason.SERVER_UNREACHABLE,
                     Reason.INTERFACE_INVALID: FailureReason.INTERFACE_INVALID}
 
@@ -78,6 +86,9 @@ class Reconciler:
         self._dirty: set[Key] = set()
         self._written: dict[Key, dict[str, Any]] = {}
         self._verdicts: dict[tuple[Any, ...], Verdict] = {}
+        #: Per resource: observations with definitions from accepted full reports, by aggregate digest
+        #: (digests are content addresses: any pod of the resource may send digests only for them).
+        self._held: dict[Key, dict[str, Observation]] = {}
         self.observed_maps = ObservedMaps(client, size_limit=config.observed_configmap_size_limit,
                                           count_limit=config.observed_configmap_limit)
         #: Times when a pod's condition was written, for the benchmark and the latency metric.
@@ -130,6 +141,7 @@ class Reconciler:
             previous = self.cache.drop_resource(namespace, name)
             self.memory.pop((namespace, name), None)
             self._approved_answers.pop((namespace, name), None)
+            self._held.pop((namespace, name), None)
             self._written.pop((namespace, name), None)
             self.observed_maps.forget((namespace, name))
             self.metrics.forget_resource(namespace, name)
@@ -214,7 +226,14 @@ class Reconciler:
     async def accept(self, pod: PodRecord, observation: Observation,
                      proxy: ProxyReport | None = None) -> Verdict | None:
         """Record an authenticated report for ``pod`` and judge it; None when nothing selects the pod.
-        ``proxy``: the report's proxy section (the sidecar runs the in-line proxy)."""
+        ``proxy``: the report's proxy section (the sidecar runs the in-line proxy).
+        A digest-only report (no definitions) is judged with the definitions held for its digest, or
+        refused with DefinitionsRequired."""
+        if observation.digest is not None:
+            if observation.definitions is None:
+                observation = self._with_held_definitions(pod, observation, proxy is not None)
+            else:
+                self._hold(pod, observation)
         track = self.tracks.get(pod.key)
         if track is None or track.uid != pod.uid:
             track = self.tracks[pod.key] = PodTrack(uid=pod.uid)
@@ -225,6 +244,37 @@ class Reconciler:
         if proxy is not None and proxy.withheld:
             await self._record_withheld(pod, proxy)
         return await self._judge_pod(pod.key)
+
+    def _hold(self, pod: PodRecord, observation: Observation) -> None:
+        """Keep the definitions of a full report (checked against its digests by Observation.from_dict)."""
+        assert observation.digest is not None
+        for record in self.cache.selecting(pod):
+            held = self._held.setdefault(record.key, {})
+            held.pop(observation.digest.digest, None)
+            held[observation.digest.digest] = observation
+            if len(held) > HELD_PER_RESOURCE:
+                del held[next(iter(held))]
+
+    def _with_held_definitions(self, pod: PodRecord, observation: Observation, proxied: bool) -> Observation:
+        """The digest-only ``observation`` with the definitions held for its digest, re-checked: the held
+        report's digests (formula, every component, aggregate) must be the reported ones. Raises
+        DefinitionsRequired when none are held, or when the verdict would turn the pod's condition True:
+        a pod becomes True only on a report whose definitions were digested again here."""
+        assert observation.digest is not None
+        resources = self.cache.selecting(pod)
+        if len(resources) != 1:
+            raise DefinitionsRequired("the pod is not selected by exactly one MCPServerInterface")
+        held = self._held.get(resources[0].key, {}).get(observation.digest.digest)
+        if held is None or held.digest != observation.digest or held.definitions is None:
+            raise DefinitionsRequired(f"no definitions held for {short_digest(observation.digest.digest)}")
+        track = self.tracks.get(pod.key)
+        current = track.verdict if track is not None and track.uid == pod.uid and not track.stale else None
+        full = dataclasses.replace(held, observed_at=observation.observed_at, view=observation.view)
+        verdict = self._judge_once(full, resources[0].policy, bool(track and track.uid == pod.uid and
+                                                                   track.was_verified), proxied)
+        if verdict.status == "True" and (current is None or current.status != "True"):
+            raise DefinitionsRequired("a digest-only report cannot make the pod's condition True")
+        return full
 
     async def _record_withheld(self, pod: PodRecord, proxy: ProxyReport) -> None:
         """Status, Events and metrics for what a pod's proxy withheld since its last report."""

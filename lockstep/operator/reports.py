@@ -23,7 +23,7 @@ from lockstep.operator.freshness import FreshnessBook, StaleReport
 from lockstep.operator.kube import KubeApiError, KubeClient
 from lockstep.operator.metrics import Metrics
 from lockstep.operator.outage import ApiOutage, ApiUnavailable
-from lockstep.operator.reconciler import Reconciler
+from lockstep.operator.reconciler import DefinitionsRequired, Reconciler
 
 from lockstep.core.errors import InterfaceError
 from lockstep.core.model import loads_strict
@@ -250,6 +250,12 @@ class ReportServer:
             if approved is not None:
                 body["approved"] = approved  # the proxy's gate: what it may let through
             return web.json_response(body, status=202)
+        except DefinitionsRequired as missing:
+            # Not a refusal (not counted in lockstep_reports_rejected_total): the sidecar sends the same
+            # observation again at once, with its definitions.
+            return web.json_response({"reason": "DefinitionsRequired",
+                                      "message": f"send the report again with its definitions: {missing}"},
+                                     status=428)
         except NotServing:
             response = web.json_response({"reason": "NotServing", "message": "this replica does not serve reports now"},
                                          status=503, headers={"Retry-After": "1"})

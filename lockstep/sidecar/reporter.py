@@ -26,6 +26,7 @@ import httpx2
 from lockstep.sidecar.metrics import SidecarMetrics
 from lockstep.sidecar.proxy import WithheldLog
 
+from lockstep.core.digest import InterfaceDigest
 from lockstep.core.report import Freshness, Observation, ProxyReport
 
 __all__ = ["Delivery", "Reporter", "next_retry"]
@@ -34,6 +35,8 @@ logger = logging.getLogger("lockstep.sidecar")
 
 #: The operator could not take the report now: count it as failed and retry.
 RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+#: The operator holds no definitions for a digest-only report: the full report goes at once.
+DEFINITIONS_REQUIRED = 428
 #: Refusals that can be transient: the operator's cache has not seen the new pod (404) or its
 #: MCPServerInterface (403) yet, or a TokenReview failed (401). Counted as rejected, retried.
 RETRIED_REJECTIONS = frozenset({401, 403, 404})
@@ -72,6 +75,9 @@ class Reporter:
         # that the operator can refuse a report it has seen (or an older one) sent again.
         self.boot_id, self.boot_time = secrets.token_hex(16), _utc_now()
         self._sequence = itertools.count()
+        #: The digests of the last observation the operator accepted (202): while the interface stays
+        #: the same, reports carry digests only (the operator holds the definitions).
+        self._accepted: InterfaceDigest | None = None
 
     def resubmit(self) -> None:
         """Send the last observation again (with what the proxy withheld since), unless one is waiting."""
@@ -112,11 +118,14 @@ class Reporter:
                 observation, self._pending = self._pending, None
 
     async def _attempt(self, observation: Observation) -> float | None:
-        """Send once; None when done (accepted, or refused for good), else the least seconds to wait."""
+        """Send once; None when done (accepted, or refused for good), else the least seconds to wait.
+        A digest-only report the operator cannot take (428) is sent again at once with its definitions."""
         proxy = self._withheld.drain() if self._withheld is not None else None
+        digests_only = observation.digest is not None and observation.digest == self._accepted
         try:
             freshness = Freshness(self.boot_id, self.boot_time, next(self._sequence), _utc_now())
-            body = {**observation.to_dict(), **freshness.to_dict(), **(proxy.to_dict() if proxy else {})}
+            body = {**observation.to_dict(with_definitions=not digests_only), **freshness.to_dict(),
+                    **(proxy.to_dict() if proxy else {})}
             response = await self._client.post(self._url, json=body,
                                                headers={"Authorization": f"Bearer {self._read_token()}"})
         except (httpx2.HTTPError, OSError) as error:
@@ -129,7 +138,13 @@ class Reporter:
             self._failed(f"Operator answered {response.status_code}, will retry")
             self._put_back(proxy)
             return _retry_after(response)
+        if response.status_code == DEFINITIONS_REQUIRED and digests_only:
+            logger.debug("The operator asks for the definitions: %s", _one_line(response.text))
+            self._accepted = None
+            self._put_back(proxy)
+            return await self._attempt(observation)
         accepted = 200 <= response.status_code < 300
+        self._accepted = observation.digest if accepted else None
         if self._failing is not None:
             since, count = self._failing
             logger.info("Operator reached again after %d failed attempts in %.0fs", count,
