@@ -160,7 +160,7 @@ class LockstepOperator:
                 await task
         if self.reconciler is not None:
             with contextlib.suppress(Exception):
-                await self.reconciler.flush_status()
+                await self.reconciler.flush_status(final=True)
             await self.reconciler.events.drain()
         if self.report_server is not None:
             await self.report_server.stop()

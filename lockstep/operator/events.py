@@ -26,7 +26,7 @@ def resource_ref(namespace: str, name: str, uid: str) -> dict[str, str]:
             "name": name, "uid": uid}
 
 
-def build_event(ref: Mapping[str, str], type_: str, reason: str, message: str) -> dict[str, Any]:
+def build_event(ref: Mapping[str, str], type_: str, reason: str, message: str, count: int = 1) -> dict[str, Any]:
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     # An explicit name (as kubectl and client-go do): a generateName POST is not idempotent on retry.
     name = f"{ref['name']}.{secrets.token_hex(8)}"
@@ -35,7 +35,7 @@ def build_event(ref: Mapping[str, str], type_: str, reason: str, message: str) -
         "metadata": {"name": name, "namespace": ref["namespace"]},
         "involvedObject": dict(ref), "type": type_, "reason": reason, "message": message[:1024],
         "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
-        "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        "firstTimestamp": now, "lastTimestamp": now, "count": count,
     }
 
 
@@ -47,8 +47,8 @@ class EventPoster:
         self._client = client
         self._pending: set[asyncio.Task[None]] = set()
 
-    async def post(self, ref: Mapping[str, str], type_: str, reason: str, message: str) -> None:
-        task = asyncio.create_task(self._post(ref, type_, reason, message))
+    async def post(self, ref: Mapping[str, str], type_: str, reason: str, message: str, *, count: int = 1) -> None:
+        task = asyncio.create_task(self._post(ref, type_, reason, message, count))
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
@@ -57,8 +57,8 @@ class EventPoster:
         if self._pending:
             await asyncio.gather(*self._pending, return_exceptions=True)
 
-    async def _post(self, ref: Mapping[str, str], type_: str, reason: str, message: str) -> None:
+    async def _post(self, ref: Mapping[str, str], type_: str, reason: str, message: str, count: int) -> None:
         try:
-            await self._client.create_event(ref["namespace"], build_event(ref, type_, reason, message))
+            await self._client.create_event(ref["namespace"], build_event(ref, type_, reason, message, count))
         except (KubeApiError, OSError) as error:
             logger.warning("Cannot post Event %s on %s/%s: %s", reason, ref["namespace"], ref["name"], error)

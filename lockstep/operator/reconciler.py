@@ -50,6 +50,12 @@ logger = logging.getLogger(__name__)
 Key = tuple[str, str]
 WRITE_ATTEMPTS = 4
 VERDICT_CACHE_SIZE = 4096
+#: A resource gets at most one Event per verdict reason in this many seconds: the first change at once,
+#: the changes after it in one Event at the end of the window, with their count (a fleet rollout
+#: posts one Event per resource, not one per pod).
+RESOURCE_EVENT_WINDOW = 10.0
+#: Pods named in an aggregated Event's message.
+EVENT_PODS_NAMED = 5
 #: Definitions kept per resource for digest-only reports, by aggregate digest (the most recently used).
 HELD_PER_RESOURCE = 32
 
@@ -89,6 +95,10 @@ class Reconciler:
         #: Per resource: observations with definitions from accepted full reports, by aggregate digest
         #: (digests are content addresses: any pod of the resource may send digests only for them).
         self._held: dict[Key, dict[str, Observation]] = {}
+        #: Resource Events: when each resource last got one, and the verdict changes waiting for the
+        #: end of its window, by (resource, event type, reason): the pods and the first pod's message.
+        self._resource_event_at: dict[Key, float] = {}
+        self._batched: dict[tuple[Key, str, str], tuple[dict[str, Any], list[str], str]] = {}
         self.observed_maps = ObservedMaps(client, size_limit=config.observed_configmap_size_limit,
                                           count_limit=config.observed_configmap_limit)
         #: Times when a pod's condition was written, for the benchmark and the latency metric.
@@ -142,6 +152,9 @@ class Reconciler:
             self.memory.pop((namespace, name), None)
             self._approved_answers.pop((namespace, name), None)
             self._held.pop((namespace, name), None)
+            self._resource_event_at.pop((namespace, name), None)
+            for batch in [batch for batch in self._batched if batch[0] == (namespace, name)]:
+                del self._batched[batch]
             self._written.pop((namespace, name), None)
             self.observed_maps.forget((namespace, name))
             self.metrics.forget_resource(namespace, name)
@@ -362,7 +375,8 @@ class Reconciler:
             self.unwritten.discard(key)
             await self._judge_pod(key)
 
-    async def flush_status(self) -> None:
+    async def flush_status(self, *, final: bool = False) -> None:
+        await self.post_batched_events(everything=final)
         dirty, self._dirty = self._dirty, set()
         for key in dirty:
             record = self.cache.resource(*key)
@@ -480,11 +494,38 @@ class Reconciler:
             await self._announce(pod, verdict, resources)
 
     async def _announce(self, pod: PodRecord, verdict: Verdict, resources: list[ResourceRecord]) -> None:
+        """An Event on the pod for each of its transitions; on the resource, at most one per reason and
+        RESOURCE_EVENT_WINDOW (the rest are counted into one Event at the end of the window)."""
         kind = "Normal" if verdict.status == "True" and verdict.reason is Reason.VERIFIED else "Warning"
         await self.events.post(pod_ref(pod.namespace, pod.name, pod.uid), kind, verdict.reason.value, verdict.message)
+        now = time.monotonic()
         for record in resources:
-            await self.events.post(resource_ref(record.policy.namespace, record.policy.name, record.policy.uid),
-                                   kind, verdict.reason.value, f"pod {pod.name}: {verdict.message}")
+            ref = resource_ref(record.policy.namespace, record.policy.name, record.policy.uid)
+            batch = (record.key, kind, verdict.reason.value)
+            if batch not in self._batched and now - self._resource_event_at.get(record.key, -1e9) \
+                    >= RESOURCE_EVENT_WINDOW:
+                self._resource_event_at[record.key] = now
+                await self.events.post(ref, kind, verdict.reason.value, f"pod {pod.name}: {verdict.message}")
+                continue
+            _, pods, _ = self._batched.setdefault(batch, (ref, [], f"pod {pod.name}: {verdict.message}"))
+            pods.append(pod.name)
+
+    async def post_batched_events(self, *, everything: bool = False) -> None:
+        """Post the resource Events whose window has ended (``everything``: all of them, at shutdown)."""
+        now = time.monotonic()
+        for batch in list(self._batched):
+            key, kind, reason = batch
+            if not everything and now - self._resource_event_at.get(key, -1e9) < RESOURCE_EVENT_WINDOW:
+                continue
+            ref, pods, message = self._batched.pop(batch)
+            self._resource_event_at[key] = now
+            if len(pods) == 1:
+                await self.events.post(ref, kind, reason, message)
+                continue
+            named = ", ".join(pods[:EVENT_PODS_NAMED]) + (f" and {len(pods) - EVENT_PODS_NAMED} more"
+                                                         if len(pods) > EVENT_PODS_NAMED else "")
+            await self.events.post(ref, kind, reason, f"{len(pods)} pods {reason}: {named}; the first, {message}",
+                                   count=len(pods))
 
     async def _write_condition(self, key: Key, verdict: Verdict) -> bool:
         """Merge-patch pods/status with the full conditions list (a merge patch replaces lists), guarded
