@@ -163,6 +163,7 @@ class ProxyApp:
         #: The Host sent upstream (None: the client's).
         self.upstream_host = upstream_host
         self._upstream_host_given = upstream_host is not None
+        self._listen_port: int | None = None
         self.policy = InterfacePolicy(gate, mode, on_finding=self._found)
         self.metrics = metrics or ProxyMetrics()
         self.max_body = max_body
@@ -199,7 +200,7 @@ class ProxyApp:
             name, port = host, ""
         upstream_port = urlsplit(self.upstream_origin).port
         if not is_loopback(name) or upstream_port is None or \
-                (port or "80") != str(getattr(self, "_listen_port", "")):
+                (port or "80") != str(self._listen_port):
             return [("Host", host)]
         mapped = f"{name}:{upstream_port}"
         headers = [("Host", mapped)]

@@ -222,6 +222,22 @@ async def test_a_dns_rebinding_host_or_origin_is_refused_by_the_proxy() -> None:
     assert [response.status_code for response in fine] == [200, 200, 200]
 
 
+async def test_the_python_sdk_client_under_a_rebound_name_is_refused() -> None:
+    """The Python SDK client as a page's fetch would send it after DNS rebinding: Host names the attacker."""
+    server = MutableServer(tools=make_tools(1))
+    async with serve_mcp(server) as upstream, running_proxy(upstream, []) as proxy:
+        seen = len(server.http_requests)
+        with anyio.fail_after(20), pytest.raises(Exception) as refused:  # noqa: PT011 - the SDK's own error
+            async with httpx2.AsyncClient(headers={"Host": "evil.example.com"}) as http, \
+                    streamable_http_client(proxy.url, http_client=http) as (read, write), \
+                    ClientSession(read, write) as session:
+                await session.initialize()
+        good = await agent_read(proxy.url.replace("127.0.0.1", "localhost"), modern=False)
+    assert "403" in str(refused.value) or "rror" in str(refused.value), refused.value
+    assert len(server.http_requests) > seen and all(r["host"] != "evil.example.com" for r in server.http_requests)
+    assert [tool.name for tool in good.tools] == []  # nothing approved: withheld, but the session works
+
+
 async def test_the_clients_host_goes_upstream_so_the_servers_own_check_still_works() -> None:
     server = MutableServer(tools=make_tools(1))
     async with serve_mcp(server) as upstream:
