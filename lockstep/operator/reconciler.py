@@ -98,6 +98,7 @@ class Reconciler:
         #: Resource Events: when each resource last got one, and the verdict changes waiting for the
         #: end of its window, by (resource, event type, reason): the pods and the first pod's message.
         self._resource_event_at: dict[Key, float] = {}
+        self._children: dict[tuple[str, str, Reason], tuple[Any, Any]] = {}
         self._batched: dict[tuple[Key, str, str], tuple[dict[str, Any], list[str], str]] = {}
         self.observed_maps = ObservedMaps(client, size_limit=config.observed_configmap_size_limit,
                                           count_limit=config.observed_configmap_limit)
@@ -153,6 +154,8 @@ class Reconciler:
             self._approved_answers.pop((namespace, name), None)
             self._held.pop((namespace, name), None)
             self._resource_event_at.pop((namespace, name), None)
+            for child in [child for child in self._children if child[:2] == (namespace, name)]:
+                del self._children[child]
             for batch in [batch for batch in self._batched if batch[0] == (namespace, name)]:
                 del self._batched[batch]
             self._written.pop((namespace, name), None)
@@ -467,9 +470,13 @@ class Reconciler:
             memory.last_verification = stamp
             if verdict.revision is not None:
                 memory.first_seen.setdefault(verdict.revision.aggregate, stamp)
-            self.metrics.verifications.labels(record.policy.namespace, record.policy.name, verdict.reason.value).inc()
-            self.metrics.last_verification.labels(record.policy.namespace, record.policy.name).set(time.time())
-            self._dirty.add(record.key)
+            verifications, last = self._metric_children(record.policy, verdict.reason)
+            verifications.inc()
+            last.set(time.time())
+            if verdict is not previous:
+                # The same verdict object again (an unchanged observation, from the verdict cache): the
+                # status would differ only in lastVerificationTime, which alone is never written.
+                self._dirty.add(record.key)
         current = _condition_of(pod)
         if track.written is not None and current != track.written and current in track.earlier:
             current = track.written  # a late watch event of an earlier write: the pod carries the last one
@@ -492,6 +499,16 @@ class Reconciler:
         track.written = verdict.condition
         if previous is None or (previous.status, previous.reason) != (verdict.status, verdict.reason):
             await self._announce(pod, verdict, resources)
+
+    def _metric_children(self, policy: Policy, reason: Reason) -> tuple[Any, Any]:
+        """The verification counter and timestamp of a resource and reason (labels() looked up once)."""
+        key = (policy.namespace, policy.name, reason)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self.metrics.verifications.labels(policy.namespace, policy.name, reason.value),
+                self.metrics.last_verification.labels(policy.namespace, policy.name))
+        return children
 
     async def _announce(self, pod: PodRecord, verdict: Verdict, resources: list[ResourceRecord]) -> None:
         """An Event on the pod for each of its transitions; on the resource, at most one per reason and
