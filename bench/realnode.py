@@ -200,10 +200,10 @@ class Bench:
         self.core.delete_namespaced_pod(name, BENCH_NS, grace_period_seconds=0)
         return result
 
-    def start_and_delete(self, trial: int, with_sidecar: bool) -> tuple[float, float]:
+    def start_and_delete(self, trial: int, with_sidecar: bool, example: bool) -> tuple[float, float]:
         namespace = BENCH_NS if with_sidecar else PLAIN_NS
         name = f"start-{trial}"
-        body = self.pod(namespace, name, {"bench": "start"}, example=False, readiness=not with_sidecar)
+        body = self.pod(namespace, name, {"bench": "start"}, example=example, readiness=not with_sidecar)
         created = time.time()
         self.core.create_namespaced_pod(namespace, body)
         ready = self.wait_ready(namespace, name) - created
@@ -240,6 +240,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trials", type=int, default=10)
     parser.add_argument("--image", default=os.environ.get("LOCKSTEP_E2E_IMAGE", "ghcr.io/lockstep-dev/lockstep:0.1.0"))
     parser.add_argument("--keep", action="store_true", help="leave the bench namespaces behind")
+    parser.add_argument("--start-server", choices=("e2e", "example"), default="example",
+                        help="server of the start/delete pods: examples/weather_server.py announces listChanged, "
+                             "so the sidecar holds a stream open (what held pod deletion); tests/e2e's does not")
     args = parser.parse_args(argv)
     if not os.environ.get("KUBECONFIG"):
         print("bench/realnode.py: set KUBECONFIG to a cluster with Lockstep installed (see the docstring)",
@@ -258,12 +261,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"rug pull {trial}: {result}", file=sys.stderr)
         for trial in range(args.trials):
             for with_sidecar in (True, False):
-                up, down = bench.start_and_delete(trial, with_sidecar)
+                up, down = bench.start_and_delete(trial, with_sidecar, args.start_server == "example")
                 ready[with_sidecar].append(up)
                 deletion[with_sidecar].append(down)
                 print(f"pod {trial} sidecar={with_sidecar}: Ready {up:.2f}s, gone {down:.2f}s", file=sys.stderr)
         # memory with one verified, probed pod running
-        bench.core.create_namespaced_pod(BENCH_NS, bench.pod(BENCH_NS, "steady", {"bench": "start"}, example=False))
+        steady = bench.pod(BENCH_NS, "steady", {"bench": "start"}, example=args.start_server == "example")
+        bench.core.create_namespaced_pod(BENCH_NS, steady)
         bench.wait_ready(BENCH_NS, "steady")
         time.sleep(15)
         memory = bench.memory()

@@ -27,7 +27,7 @@ import aiohttp
 import kopf
 from lockstep.operator.kube import KubeApiError, KubeClient
 
-__all__ = ["OUTAGE_RETRY_AFTER", "ApiOutage", "ApiUnavailable", "EndlessBackoffs", "TrackedKubeClient"]
+__all__ = ["OUTAGE_RETRY_AFTER", "ApiOutage", "ApiUnavailable", "EndlessBackoffs", "TrackedKubeClient", "request_kind"]
 
 logger = logging.getLogger("lockstep.operator.outage")
 
@@ -92,15 +92,38 @@ def unavailable(error: BaseException) -> bool:
     return isinstance(error, (aiohttp.ClientError, OSError, asyncio.TimeoutError))
 
 
+def request_kind(method: str, path: str) -> tuple[str, ...]:
+    """What a request does, without namespace or object name: ``PATCH /api/v1/namespaces/a/pods/p/status``
+    and the same PATCH of another pod are one kind, which RBAC allows or refuses as one."""
+    parts = [part for part in path.split("?")[0].split("/") if part]
+    prefix = parts[:2] if parts[:1] == ["api"] else parts[:3]
+    rest = parts[len(prefix):]
+    if rest[:1] == ["namespaces"] and len(rest) > 2:
+        rest = rest[2:]
+    shape = rest[0] if rest else ""
+    suffix = rest[2] if len(rest) > 2 else ("item" if len(rest) == 2 else "collection")
+    return (method, *prefix, shape, suffix)
+
+
 class TrackedKubeClient(KubeClient):
-    """A KubeClient whose every request tells :class:`ApiOutage` how it went."""
+    """A KubeClient whose every request tells :class:`ApiOutage` how it went.
+
+    A 403 for a kind of request that the API server allowed before is taken as transient, like an
+    outage: a restarted kube-apiserver refuses requests until its RBAC authorizer has synced, and it
+    may restart without the operator seeing it away. It is logged once until allowed again, and reports
+    are answered 503 meanwhile (fail closed: nothing is written that could not be). A 403 for a kind
+    never allowed is the chart's RBAC, and raised as it is.
+    """
 
     def __init__(self, info: kopf.ConnectionInfo, outage: ApiOutage) -> None:
         super().__init__(info)
         self.outage = outage
+        self._allowed: set[tuple[str, ...]] = set()
+        self._refused: set[tuple[str, ...]] = set()
 
     async def request(self, method: str, path: str, body: Any = None, *,
                       content_type: str = "application/json", params: Mapping[str, str] | None = None) -> Any:
+        kind = request_kind(method, path)
         try:
             result = await super().request(method, path, body, content_type=content_type, params=params)
         except ApiUnavailable:
@@ -111,13 +134,27 @@ class TrackedKubeClient(KubeClient):
                 raise ApiUnavailable(str(error)) from error
             if error.status == 403 and time.monotonic() < self.outage.warm_until:
                 raise ApiUnavailable(f"{error} (just after an outage: retried)") from error
+            if error.status == 403 and kind in self._allowed:
+                self._refused_once(kind, error)
+                raise ApiUnavailable(f"{error} (allowed before: retried)") from error
             self.outage.ok()  # it answered: it is there
             raise
         except (aiohttp.ClientError, OSError, asyncio.TimeoutError) as error:
             self.outage.failed(error)
             raise ApiUnavailable(f"{method} {path}: {_one_line(error)}") from error
         self.outage.ok()
+        self._allowed.add(kind)
+        if kind in self._refused:
+            self._refused.discard(kind)
+            logger.warning("Kubernetes API allows %s again", " ".join(kind))
         return result
+
+    def _refused_once(self, kind: tuple[str, ...], error: KubeApiError) -> None:
+        if kind not in self._refused:
+            self._refused.add(kind)
+            logger.warning("Kubernetes API refused %s, which it allowed before (%s): the API server restarting "
+                           "or RBAC changing; answering reports 503 until it is allowed again",
+                           " ".join(kind), _one_line(error))
 
     async def probe(self, path: str) -> None:
         """One cheap read that goes to etcd (no resourceVersion: a quorum read); errors are swallowed."""

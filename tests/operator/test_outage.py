@@ -4,6 +4,7 @@ and logged once (the whole story on a real control plane: tests/faults)."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 import pytest
 from lockstep.operator.freshness import OperatorClock
@@ -78,3 +79,49 @@ def test_kopf_retries_never_run_out_and_start_again_each_time() -> None:
     taken = [next(endless) for _ in range(50)]
     assert taken[:7] == [1, 1, 2, 3, 5, 8, 13] and set(taken[7:]) == {15.0}
     assert not hasattr(backoffs, "__len__")  # kopf counts no last attempt
+
+
+@pytest.mark.parametrize(("method", "path", "kind"), [
+    ("PATCH", "/api/v1/namespaces/a/pods/p1/status", ("PATCH", "api", "v1", "pods", "status")),
+    ("GET", "/api/v1/namespaces/a/pods?limit=1", ("GET", "api", "v1", "pods", "collection")),
+    ("POST", "/apis/authentication.k8s.io/v1/tokenreviews",
+     ("POST", "apis", "authentication.k8s.io", "v1", "tokenreviews", "collection")),
+    ("PATCH", "/apis/lockstep.dev/v1alpha1/namespaces/b/mcpserverinterfaces/w/status",
+     ("PATCH", "apis", "lockstep.dev", "v1alpha1", "mcpserverinterfaces", "status")),
+])
+def test_requests_are_kinds_without_namespace_or_name(method: str, path: str, kind: tuple[str, ...]) -> None:
+    from lockstep.operator.outage import request_kind
+
+    assert request_kind(method, path) == kind
+    assert request_kind(method, path.replace("/a/", "/other/").replace("/p1/", "/p2/")) == kind
+
+
+async def test_a_403_for_what_was_allowed_before_is_transient(caplog: pytest.LogCaptureFixture) -> None:
+    """A restarted kube-apiserver refuses until its RBAC authorizer has synced, even when the operator
+    never saw it away: that is a 503 for the sidecar and one log line, not a traceback per report."""
+    from lockstep.operator.kube import KubeClient
+    from lockstep.operator.outage import ApiUnavailable, TrackedKubeClient
+
+    answers: list[Any] = [{}, KubeApiError(403, "forbidden"), KubeApiError(403, "forbidden"), {}]
+
+    async def scripted(self: Any, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    client = TrackedKubeClient.__new__(TrackedKubeClient)
+    client.outage, client._allowed, client._refused = ApiOutage(), set(), set()
+    path = "/api/v1/namespaces/a/pods/p1/status"
+    with pytest.MonkeyPatch.context() as patch, caplog.at_level(logging.WARNING):
+        patch.setattr(KubeClient, "request", scripted)
+        await client.request("PATCH", path)
+        for _ in range(2):
+            with pytest.raises(ApiUnavailable):
+                await client.request("PATCH", path.replace("p1", "p2"))
+        await client.request("PATCH", path)
+        answers.append(KubeApiError(403, "forbidden"))
+        with pytest.raises(KubeApiError) as never_allowed:
+            await client.request("POST", "/apis/authentication.k8s.io/v1/tokenreviews")
+    assert not isinstance(never_allowed.value, ApiUnavailable)
+    assert caplog.text.count("which it allowed before") == 1 and "allows PATCH" in caplog.text
