@@ -62,6 +62,7 @@ from lockstep.core.revision import Revision
 
 NAMESPACE = "bench"
 RESOURCE_EVENT_WINDOW = 10.0  # lockstep.operator.reconciler's
+IDLE_SECONDS = 4.0
 AT = "2026-11-22T02:00:00Z"
 BOOT_TIME = "2026-11-22T01:59:00+00:00"
 
@@ -85,11 +86,15 @@ class Phase:
     #: CPU seconds of the phase and the 1.5 s after it (its status flush and Events): the per-202 costs.
     operator_cpu_total: float = 0.0
     api_cpu_total: float = 0.0
+    #: The same less what the operator and the API spend idle (with the probes) in as long.
+    operator_cpu_net: float = 0.0
+    api_cpu_net: float = 0.0
 
     def per_report(self) -> list[str]:
         """Costs per accepted report (each one a verdict change in first and drift, none in steady)."""
         ok = max(1, self.ok)
-        return [f"{self.operator_cpu_total / ok * 1000:.2f}", f"{self.api_cpu_total / ok * 1000:.2f}",
+        return [f"{self.operator_cpu_total / ok * 1000:.2f}", f"{self.operator_cpu_net / ok * 1000:.2f}",
+                f"{self.api_cpu_total / ok * 1000:.2f}", f"{self.api_cpu_net / ok * 1000:.2f}",
                 f"{sum(self.api_requests.values()) / ok:.2f}", f"{self.api_bytes / ok / 1024:.2f}"]
 
     def requests_line(self) -> str:
@@ -345,6 +350,7 @@ async def run_phases(kubeconfig: Path, folder: Path, resources: int, chosen: Seq
             context = ssl.create_default_context(cafile=str(folder / "tls.crt"))  # for the probes
             url = f"https://127.0.0.1:{report_port}/v1/reports"
             phases = []
+            windows: list[float] = []
             digests = {i: digests_only(body) for i, body in drifted.items()}
             for name, bodies in (("first", clean), ("drift", drifted), ("steady", drifted), ("digests", digests)):
                 targets = [(token, bodies[i]) for token, (i, _) in zip(pod_tokens, chosen)]
@@ -363,9 +369,11 @@ async def run_phases(kubeconfig: Path, folder: Path, resources: int, chosen: Seq
                 phase.api_latencies, phase.loop_latencies = api_latencies, loop_latencies
                 phase.operator_cpu = process_cpu(pid) - operator_before
                 phase.emulator_cpu = api_cpu() - api_before
+                tail_began = time.perf_counter()
                 await asyncio.sleep(1.5)  # the status flush (every second) and the Events of the phase's changes
                 phase.operator_cpu_total = process_cpu(pid) - operator_before
                 phase.api_cpu_total = api_cpu() - api_before
+                windows.append(time.perf_counter() - tail_began + phase.elapsed)
                 phase.server_seconds = await report_seconds(metrics_port) - server_before
                 if name in ("first", "drift"):  # the resource Events batched over 10 s (the CPU is measured above)
                     await asyncio.sleep(RESOURCE_EVENT_WINDOW)
@@ -374,6 +382,17 @@ async def run_phases(kubeconfig: Path, folder: Path, resources: int, chosen: Seq
                                       if count - requests_before.get(kind, 0) > 0}
                 phase.api_bytes = bytes_after - bytes_before
                 phases.append(phase)
+            # The idle cost after the load (kopf, the operator's timers, the probes): the per-report costs net of it.
+            idle_probes = [asyncio.create_task(api_probe([])), asyncio.create_task(probe_ready(report_port, context, []))]
+            operator_idle, api_idle, idle_began = process_cpu(pid), api_cpu(), time.perf_counter()
+            await asyncio.sleep(IDLE_SECONDS)
+            idle_seconds = time.perf_counter() - idle_began
+            operator_idle, api_idle = process_cpu(pid) - operator_idle, api_cpu() - api_idle
+            for probe in idle_probes:
+                probe.cancel()
+            for phase, window in zip(phases, windows):
+                phase.operator_cpu_net = phase.operator_cpu_total - operator_idle * window / idle_seconds
+                phase.api_cpu_net = phase.api_cpu_total - api_idle * window / idle_seconds
             rss = peak_rss_mb(pid)
     return phases, rss
 
@@ -499,7 +518,7 @@ def main() -> None:
                         help="the emulated API (default), a real control plane (KUBEBUILDER_ASSETS), or both")
     args = parser.parse_args()
     header = ["API", "N x M", "phase", "sent", "202", "reports/s", "p50 ms", "p99 ms", "operator CPU",
-              "API CPU", "client CPU", "in operator ms", "API PATCH ms", "/readyz ms", "op CPU ms/202", "API CPU ms/202", "API req/202", "API KB/202",
+              "API CPU", "client CPU", "in operator ms", "API PATCH ms", "/readyz ms", "op CPU ms/202", "net", "API CPU ms/202", "net", "API req/202", "API KB/202",
               "peak RSS MB", "pod writes"]
     rows: list[list[str]] = []
     notes: list[str] = []
@@ -519,7 +538,8 @@ def main() -> None:
           "(answered after the pod condition is written); CPU in % of one core")
     for row in [header, *rows]:
         print("  ".join(str(cell).rjust(width) for cell, width in zip(row, widths)))
-    print("CPU per 202 includes the 1.5 s after the phase (its status flush, Events); API requests and KB "
+    print("CPU per 202 includes the 1.5 s after the phase (its status flush, Events); net: less the idle CPU "
+          f"(measured {IDLE_SECONDS:.0f} s after the phases, probes running) over as long; API requests and KB "
           "per 202 the 10 s after first and drift (the resource Events batched over 10 s); "
           "in first and drift every 202 is a verdict change")
     for note in notes:
