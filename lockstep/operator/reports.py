@@ -246,7 +246,9 @@ class ReportServer:
                 raise NotServing()
             verdict, approved = await self._judge(request)
             outcome = "accepted"
-            body: dict[str, Any] = {"verdict": verdict}
+            # "digests": this operator takes digest-only reports (a sidecar never sends one to an operator
+            # that does not say so, e.g. after a rollback: that operator would judge the digests as reported).
+            body: dict[str, Any] = {"verdict": verdict, "digests": True}
             if approved is not None:
                 body["approved"] = approved  # the proxy's gate: what it may let through
             return web.json_response(body, status=202)

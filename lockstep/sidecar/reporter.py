@@ -144,14 +144,15 @@ class Reporter:
             self._put_back(proxy)
             return await self._attempt(observation)
         accepted = 200 <= response.status_code < 300
-        self._accepted = observation.digest if accepted else None
+        answer = _answer(response) if accepted else {}
+        # Digests only from now on, if the operator says it takes them (an older one judges them as reported).
+        self._accepted = observation.digest if accepted and answer.get("digests") is True else None
         if self._failing is not None:
             since, count = self._failing
             logger.info("Operator reached again after %d failed attempts in %.0fs", count,
                         time.monotonic() - since)
             self._failing = None
         self._metrics.reports.labels("accepted" if accepted else "rejected").inc()
-        answer = _answer(response) if accepted else {}
         if not accepted:
             logger.error("Operator refused the report: %s %s", response.status_code, _one_line(response.text))
             if response.status_code in RETRIED_REJECTIONS:

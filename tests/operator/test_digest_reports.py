@@ -175,3 +175,23 @@ async def test_the_sidecar_sends_digests_only_while_unchanged_and_the_definition
         assert await deliver(poisoned) == 202
         assert "definitions" in sent[-1]  # a changed interface always goes in full
         await wait_for(lambda: verdict_of(kmock, "p1") == ("False", "InterfaceChanged"))
+
+
+async def test_the_sidecar_sends_full_reports_to_an_operator_that_does_not_take_digests(tmp_path: Path) -> None:
+    """An operator from before digest-only reports (a rollback) judges digests as reported: its 202 does not
+    say "digests", and the sidecar keeps sending definitions."""
+    token = tmp_path / "token"
+    token.write_text("token")
+    sent: list[dict[str, Any]] = []
+
+    def older_operator(request: httpx2.Request) -> httpx2.Response:
+        import json
+
+        sent.append(json.loads(request.content))
+        return httpx2.Response(202, json={"verdict": {"status": "True", "reason": "Verified", "message": "ok"}})
+
+    async with httpx2.AsyncClient(transport=httpx2.MockTransport(older_operator)) as client:
+        reporter = Reporter("https://operator/v1/reports", token, client, SidecarMetrics())
+        for _ in range(3):
+            await reporter._deliver(_observation())
+    assert ["definitions" in body for body in sent] == [True, True, True]
