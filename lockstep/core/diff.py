@@ -14,15 +14,14 @@ digests and ranks them by the rules that need no definitions.
 
 from __future__ import annotations
 
-import enum
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from lockstep.core.canonical import canonical_json
 from lockstep.core.digest import component_digest
 from lockstep.core.errors import LockstepError
+from lockstep.core.findings import Change, FieldChange, Finding, max_severity
 from lockstep.core.ignore import IgnoreRules, parse_ignore_rules
 from lockstep.core.model import Component, ComponentKind, Interface, escape_pointer_token
 from lockstep.core.render import render_json, render_text
@@ -53,72 +52,8 @@ __all__ = [
 Ignore = IgnoreRules | Iterable[str] | None
 
 
-class Change(str, enum.Enum):
-    ADDED = "added"
-    REMOVED = "removed"
-    CHANGED = "changed"
-
-
 class UncomparableRevisionsError(LockstepError):
     """Two revisions that differ but carry neither component digests nor definitions."""
-
-
-@dataclass(frozen=True)
-class FieldChange:
-    """One change inside a component, at a JSON pointer relative to the component.
-
-    ``old`` is meaningful unless the change is ADDED, ``new`` unless it is REMOVED.
-    The pointer of the instructions (a bare string) and of a whole added or
-    removed component is ``""``.
-    """
-
-    pointer: str
-    change: Change
-    old: Any = None
-    new: Any = None
-
-    def to_dict(self) -> dict[str, Any]:
-        entry: dict[str, Any] = {"pointer": self.pointer, "change": self.change.value}
-        if self.change is not Change.ADDED:
-            entry["old"] = self.old
-        if self.change is not Change.REMOVED:
-            entry["new"] = self.new
-        return entry
-
-
-@dataclass(frozen=True)
-class Finding:
-    """One component of the observed interface that differs from the approved one."""
-
-    kind: ComponentKind
-    name: str
-    change: Change
-    fields: tuple[str, ...]
-    severity: Severity
-    reasons: tuple[str, ...]
-    details: tuple[FieldChange, ...] = field(default=(), compare=False)
-
-    @property
-    def ref(self) -> str:
-        return f"{self.kind.value}/{self.name}"
-
-    def to_dict(self, *, details: bool = False) -> dict[str, Any]:
-        entry: dict[str, Any] = {
-            "kind": self.kind.value,
-            "name": self.name,
-            "change": self.change.value,
-            "fields": list(self.fields),
-            "severity": self.severity.value,
-            "reasons": list(self.reasons),
-        }
-        if details:
-            entry["details"] = [change.to_dict() for change in self.details]
-        return entry
-
-
-def max_severity(findings: Iterable[Finding]) -> Severity | None:
-    """The highest severity among ``findings``; None when there are none."""
-    return max((finding.severity for finding in findings), default=None)
 
 
 # --------------------------------------------------------------------------- diffs

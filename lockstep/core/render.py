@@ -18,8 +18,8 @@ Hidden characters (zero-width, bidirectional controls, tag characters) are
 spelled out as ``<U+XXXX>`` everywhere, so that a reviewer sees them and a
 terminal cannot be tricked into reordering the text.
 
-This module reads findings by duck typing (it does not import
-:mod:`lockstep.core.diff`, which re-exports these functions).
+This module reads findings by duck typing; their types come from
+:mod:`lockstep.core.findings` (:mod:`lockstep.core.diff` re-exports these functions).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from lockstep.core.severity import visible
 
 if TYPE_CHECKING:
-    from lockstep.core.diff import FieldChange, Finding
+    from lockstep.core.findings import FieldChange, Finding
 
 __all__ = ["render_json", "render_text"]
 
