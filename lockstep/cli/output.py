@@ -1,30 +1,30 @@
 """Output for humans and machines: YAML and JSON that keep invisible characters visible.
 
 A reviewer reads a pinned interface in a pull request. A zero-width space or a
-bidi override written raw would be invisible there, so every character of
-Unicode categories Cc (except newline and tab), Cf, Co, Cn, Zl and Zp is
-written as an escape. The data is unchanged: parsing the output gives back the
-exact strings, so digests do not move.
+bidi override written raw would be invisible there, so every hidden character
+(:func:`lockstep.core.signals.is_hidden_character`, the one definition, the
+one the severity rules flag) is written as an escape, and so are carriage
+returns and lone surrogates, which YAML cannot carry raw. The data is
+unchanged: parsing the output gives back the exact strings, so digests do not move.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import unicodedata
 from typing import Any
 
 import yaml
 
-__all__ = ["dump_json", "dump_yaml", "escape_hidden", "has_hidden_characters"]
+from lockstep.core.signals import is_hidden_character
 
-_HIDDEN_CATEGORIES = frozenset({"Cc", "Cf", "Co", "Cn", "Zl", "Zp", "Cs"})
+__all__ = ["dump_json", "dump_yaml", "escape_hidden", "has_hidden_characters"]
 
 
 def _is_hidden(character: str) -> bool:
-    if character in "\n\t":
+    if " " <= character <= "~":  # printable ASCII, most of any output
         return False
-    return unicodedata.category(character) in _HIDDEN_CATEGORIES or 0xFE00 <= ord(character) <= 0xFE0F
+    return character == "\r" or 0xD800 <= ord(character) <= 0xDFFF or is_hidden_character(character)
 
 
 def has_hidden_characters(text: str) -> bool:

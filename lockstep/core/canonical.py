@@ -38,13 +38,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, TypeGuard
 
 import rfc8785
 
 from lockstep.core.errors import MalformedInterfaceError, NonFiniteNumberError
 
-__all__ = ["canonical_json"]
+__all__ = ["canonical_json", "is_json_number", "json_equal"]
 
 _SAFE_INTEGER = 2**53 - 1
 _STRING_TYPES = frozenset({str, bool, type(None)})
@@ -186,3 +186,22 @@ def _exact(value: Any) -> bytes:
         raise NonFiniteNumberError("an integer beyond the range of IEEE 754 doubles is not a JSON number") from None
     except (rfc8785.CanonicalizationError, UnicodeEncodeError) as error:
         raise MalformedInterfaceError(f"not canonical JSON: {error}") from None
+
+
+def is_json_number(value: Any) -> TypeGuard[float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def json_equal(left: Any, right: Any) -> bool:
+    """JSON equality: ``true`` is not ``1``, ``1`` is ``1.0``; objects compare by keys."""
+    if isinstance(left, bool) or isinstance(right, bool):
+        return isinstance(left, bool) and isinstance(right, bool) and left is right
+    if isinstance(left, dict):
+        return (isinstance(right, dict) and left.keys() == right.keys()
+                and all(json_equal(left[key], right[key]) for key in left))
+    if isinstance(left, list):
+        return (isinstance(right, list) and len(left) == len(right)
+                and all(json_equal(a, b) for a, b in zip(left, right)))
+    if is_json_number(left) and is_json_number(right):
+        return bool(left == right)
+    return type(left) is type(right) and bool(left == right)
