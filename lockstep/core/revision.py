@@ -87,12 +87,3 @@ class Revision:
         if with_definitions and self.interface is not None:
             entry["definitions"] = self.interface.to_document()
         return entry
-
-
-def revisions_match(approved: Revision, observed: Revision) -> bool:
-    """True when the observed interface is exactly the approved one."""
-    if approved.digest.formula != observed.digest.formula:
-        return False
-    return approved.aggregate == observed.aggregate
-
-
