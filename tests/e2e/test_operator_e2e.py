@@ -155,9 +155,16 @@ def test_quarantine_serves_agents_only_the_approved_subset(cluster: Cluster) -> 
     cluster.create([{"apiVersion": "v1", "kind": "Service", "metadata": {"name": "tools"},
                      "spec": {"selector": {"app": "tools"}, "ports": [{"port": 8080, "targetPort": 8090}]}}])
     pod = eventually(lambda: cluster.pods("tools") and cluster.pods("tools")[0], "the tools pod").metadata.name
-    eventually(lambda: cluster.exec(pod, ["python", "-c", "import socket; socket.create_connection(('127.0.0.1', "
-                                                          "8080)); print('up')"], "mcp").strip() == "up",
-               "the MCP server to listen")
+
+    def listening() -> bool:  # the app container starts after the sidecar: an exec may find it not there yet
+        import kubernetes
+        try:
+            return cluster.exec(pod, ["python", "-c", "import socket; socket.create_connection(('127.0.0.1', 8080));"
+                                                      " print('up')"], "mcp").strip() == "up"
+        except kubernetes.client.ApiException:
+            return False
+
+    eventually(listening, "the MCP server to listen")
     manifest = snapshot_through_port_forward(cluster, pod, "tools")
     manifest["spec"].update(enforcement="Quarantine", probe=FAST_PROBE, proxy={"port": 8090})
     cluster.apply_interface(manifest)
