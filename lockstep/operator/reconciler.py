@@ -102,8 +102,6 @@ class Reconciler:
         self._batched: dict[tuple[Key, str, str], tuple[dict[str, Any], list[str], str]] = {}
         self.observed_maps = ObservedMaps(client, size_limit=config.observed_configmap_size_limit,
                                           count_limit=config.observed_configmap_limit)
-        #: Times when a pod's condition was written, for the benchmark and the latency metric.
-        self.condition_writes = 0
 
     # ------------------------------------------------------------------ start and restart
     async def resync(self) -> None:
@@ -578,7 +576,6 @@ class Reconciler:
                 self.cache.put_pod(written)
             else:
                 pod.conditions = [*pod.other_conditions, condition]
-            self.condition_writes += 1
             return True
         raise KubeApiError(409, f"pod {key[0]}/{key[1]} kept changing; condition not written")
 
