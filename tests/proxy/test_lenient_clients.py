@@ -286,3 +286,17 @@ async def test_a_server_that_allows_only_its_own_host_and_port_works_through_the
     assert same_origin.status_code == 200, same_origin.text
     assert evil.status_code == 403 and "DNS rebinding" in evil.text
     assert evil_past_the_proxy.status_code == 403  # the server's own check, which sees the client's name
+
+
+def test_a_result_without_an_id_or_jsonrpc_is_judged_too() -> None:
+    """Found by the differential atheris target: a list result in a message with neither ``id`` nor
+    ``jsonrpc`` passed unjudged. No SDK is known to accept such a message, but the proxy does not bet
+    on how strictly a client validates the envelope."""
+    from lockstep.core.gate import ComponentGate
+    from lockstep.core.ignore import IgnoreRules
+    from lockstep.proxy.policy import InterfacePolicy, Mode
+
+    policy = InterfacePolicy(ComponentGate({}, IgnoreRules()), Mode.QUARANTINE)
+    message = {"result": {"resourceTemplates": [None, None], "tools": None}, "tools": None}
+    filtered = policy.filter_response(message, "tools/call", "p", "c")
+    assert filtered is not None and filtered["result"]["resourceTemplates"] == []
