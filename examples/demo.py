@@ -259,7 +259,7 @@ class EmulatedBackend:
         token = self.folder / f"{name}.token"
         token.write_text(self.cluster.tokens.issue(NAMESPACE, name, pod["metadata"]["uid"]))
         env = {**{k: v for k, v in os.environ.items() if not k.startswith("LOCKSTEP_")},
-               **{item["name"]: item["value"] for item in sidecar["env"]},
+               **{item["name"]: item.get("value", "") for item in sidecar["env"]},
                "LOCKSTEP_TOKEN_PATH": str(token), "LOCKSTEP_SIDECAR_PORT": str(free_port()),
                "LOCKSTEP_MCP_PORT": str(port)}
         log = (self.folder / "sidecar.log").open("wb")
