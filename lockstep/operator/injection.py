@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockstep.core.conditions import CONDITION_TYPE
 from lockstep.core.capabilities import format_client_capabilities, parse_client_capabilities
 
 __all__ = [
@@ -53,7 +54,7 @@ __all__ = [
 
 INJECT_LABEL = "lockstep.dev/inject"
 INTERFACE_ANNOTATION = "lockstep.dev/interface"
-READINESS_GATE = "lockstep.dev/interface-verified"
+READINESS_GATE = CONDITION_TYPE  # the gate waits for the condition the operator writes
 TOKEN_AUDIENCE = "lockstep.dev"
 SIDECAR_NAME = "lockstep-sidecar"
 TOKEN_VOLUME = "lockstep-token"
