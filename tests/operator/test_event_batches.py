@@ -7,7 +7,7 @@ import copy
 from typing import Any
 
 import kmock
-import lockstep.operator.reconciler as reconciler_module
+import lockstep.operator.verdict_events as verdict_events_module
 import pytest
 from lockstep_testing.kmock_support import (
     NAMESPACE,
@@ -46,7 +46,7 @@ def _resource_events(emulator: Emulator) -> list[dict[str, Any]]:
 async def test_a_fleet_change_posts_one_event_per_pod_and_two_on_the_resource(
         kmock: Emulator, tokens: TokenBook, operator: RunningOperator, tls_files: TlsFiles,
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(reconciler_module, "RESOURCE_EVENT_WINDOW", 1.5)
+    monkeypatch.setattr(verdict_events_module, "RESOURCE_EVENT_WINDOW", 1.5)
     await create_objects(kmock, make_resource([{"tools": TOOLS}]), *(make_pod(name) for name in PODS))
     cache = operator.operator.reconciler.cache  # type: ignore[union-attr]
     await wait_for(lambda: all(cache.pod(NAMESPACE, name) for name in PODS))

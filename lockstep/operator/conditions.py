@@ -1,0 +1,154 @@
+"""The pod condition ``lockstep.dev/interface-verified``: a verdict applied to a pod (metrics, the
+resources' status marked for a write, the condition written, its Events), and the write itself, a
+merge patch of pods/status guarded by the pod's resourceVersion.
+
+A mixin of :class:`lockstep.operator.reconciler.Reconciler`, whose ``__init__`` sets the state below.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from lockstep.operator.cache import PodRecord
+from lockstep.operator.events import pod_ref
+from lockstep.operator.judge import CONDITION_TYPE, PodState, Policy, Reason, Verdict
+from lockstep.operator.kube import KubeApiError
+from lockstep.operator.outage import ApiUnavailable
+from lockstep.operator.status import ResourceMemory, now_iso
+
+if TYPE_CHECKING:
+    from lockstep.operator.cache import ClusterCache, ResourceRecord
+    from lockstep.operator.events import EventPoster
+    from lockstep.operator.kube import KubeClient
+    from lockstep.operator.metrics import Metrics
+    from lockstep.operator.status import PodTrack
+    from lockstep.operator.verdict_events import VerdictEvents
+
+__all__ = ["WRITE_ATTEMPTS", "ConditionWrites", "condition_of"]
+
+Key = tuple[str, str]
+WRITE_ATTEMPTS = 4
+
+
+def condition_of(pod: PodRecord) -> tuple[str, str, str] | None:
+    """The (status, reason, message) of the Lockstep condition ``pod`` carries."""
+    condition = pod.lockstep_condition
+    if condition is None:
+        return None
+    return (str(condition.get("status")), str(condition.get("reason")), str(condition.get("message") or ""))
+
+
+class ConditionWrites:
+    cache: ClusterCache
+    client: KubeClient
+    metrics: Metrics
+    events: EventPoster
+    verdict_events: VerdictEvents
+    tracks: dict[Key, PodTrack]
+    memory: dict[Key, ResourceMemory]
+    unwritten: set[Key]
+    _dirty: set[Key]
+    _children: dict[tuple[str, str, Reason], tuple[Any, Any]]
+
+    async def _apply(self, pod: PodRecord, track: PodTrack, verdict: Verdict,
+                     resources: list[ResourceRecord]) -> None:
+        previous = track.verdict
+        track.verdict = verdict
+        if verdict.reason is Reason.VERIFIED:
+            track.was_verified = True
+        stamp = now_iso()
+        for record in resources:
+            memory = self.memory.setdefault(record.key, ResourceMemory())
+            memory.last_verification = stamp
+            if verdict.revision is not None:
+                memory.first_seen.setdefault(verdict.revision.aggregate, stamp)
+            verifications, last = self._metric_children(record.policy, verdict.reason)
+            verifications.inc()
+            last.set(time.time())
+            if verdict is not previous:
+                # The same verdict object again (an unchanged observation, from the verdict cache): the
+                # status would differ only in lastVerificationTime, which alone is never written.
+                self._dirty.add(record.key)
+        current = condition_of(pod)
+        if track.written is not None and current != track.written and current in track.earlier:
+            current = track.written  # a late watch event of an earlier write: the pod carries the last one
+        if current == verdict.condition:
+            self.unwritten.discard(pod.key)
+            return
+        try:
+            wrote = await self._write_condition(pod.key, verdict)
+        except ApiUnavailable:
+            # Not written: the pod keeps the condition it carries, and the verdict is judged and written
+            # again once the API server is back (retry_unwritten), with its Events.
+            track.verdict = previous
+            self.unwritten.add(pod.key)
+            raise
+        self.unwritten.discard(pod.key)
+        if not wrote:
+            return
+        if track.written is not None and track.written != verdict.condition:
+            track.earlier = [*track.earlier[-3:], track.written]
+        track.written = verdict.condition
+        if previous is None or (previous.status, previous.reason) != (verdict.status, verdict.reason):
+            await self.verdict_events.announce(pod, verdict, resources)
+
+    def _metric_children(self, policy: Policy, reason: Reason) -> tuple[Any, Any]:
+        """The verification counter and timestamp of a resource and reason (labels() looked up once)."""
+        key = (policy.namespace, policy.name, reason)
+        children = self._children.get(key)
+        if children is None:
+            children = self._children[key] = (
+                self.metrics.verifications.labels(policy.namespace, policy.name, reason.value),
+                self.metrics.last_verification.labels(policy.namespace, policy.name))
+        return children
+
+    async def _unselected(self, pod: PodRecord, track: PodTrack) -> None:
+        verdict = Verdict("False", Reason.NOT_APPROVED, "no MCPServerInterface selects this pod any more",
+                          PodState.PENDING)
+        track.verdict, track.observation = verdict, None
+        if await self._write_condition(pod.key, verdict):
+            track.written = verdict.condition
+            await self.events.post(pod_ref(pod.namespace, pod.name, pod.uid), "Warning", verdict.reason.value,
+                                   verdict.message)
+
+    async def _write_condition(self, key: Key, verdict: Verdict) -> bool:
+        """Merge-patch pods/status with the full conditions list (a merge patch replaces lists), guarded
+        by the pod's resourceVersion so that a condition written meanwhile by the kubelet is not lost.
+        Returns whether it wrote (False: the pod is gone, or already carries the verdict)."""
+        for attempt in range(WRITE_ATTEMPTS):
+            pod = self.cache.pod(*key)
+            if pod is None:
+                return False
+            if attempt and condition_of(pod) == verdict.condition:
+                return False
+            old = pod.lockstep_condition or {}
+            since = old.get("lastTransitionTime") if old.get("status") == verdict.status else None
+            condition = {"type": CONDITION_TYPE, "status": verdict.status, "reason": verdict.reason.value,
+                         "message": verdict.message, "lastProbeTime": None,
+                         "lastTransitionTime": since or now_iso()}
+            patch: dict[str, Any] = {"status": {"conditions": [*pod.other_conditions, condition]}}
+            if pod.resource_version:
+                patch["metadata"] = {"resourceVersion": pod.resource_version}
+            try:
+                body = await self.client.merge_patch(self.client.pod_status_path(*key), patch)
+            except KubeApiError as error:
+                if error.status == 404:
+                    self.cache.drop_pod(*key)
+                    return False
+                if error.status != 409:
+                    raise
+                fresh = await self.client.get(f"/api/v1/namespaces/{key[0]}/pods/{key[1]}")
+                self.cache.put_pod(PodRecord.from_body(fresh))
+                continue
+            written = PodRecord.from_body(body) if body and body.get("metadata") else None
+            if written is not None and written.uid == pod.uid:
+                self.cache.put_pod(written)
+            else:
+                pod.conditions = [*pod.other_conditions, condition]
+            return True
+        raise KubeApiError(409, f"pod {key[0]}/{key[1]} kept changing; condition not written")
+
+    def _verdict_reason(self, key: Key) -> Reason | None:
+        track = self.tracks.get(key)
+        return track.verdict.reason if track and track.verdict else None

@@ -1,0 +1,123 @@
+"""Enforcement Quarantine, on the operator's side: what the pods' proxies withheld (status, Events,
+metrics), the approved components each proxy may let through (the answer to its reports), and the
+Services that send traffic past the proxy.
+
+A mixin of :class:`lockstep.operator.reconciler.Reconciler`, whose ``__init__`` sets the state below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from lockstep.operator.events import resource_ref
+from lockstep.operator.injection import PROXY_PORT_NAME
+from lockstep.operator.judge import Enforcement, short_digest
+from lockstep.operator.status import ResourceMemory, now_iso
+
+from lockstep.core.report import ProxyReport
+
+if TYPE_CHECKING:
+    from lockstep.operator.cache import ClusterCache, PodRecord, ResourceRecord
+    from lockstep.operator.events import EventPoster
+    from lockstep.operator.metrics import Metrics
+
+__all__ = ["WITHHELD_KEPT", "Quarantine"]
+
+Key = tuple[str, str]
+#: Withheld components remembered per resource (status lists the newest WITHHELD_LISTED).
+WITHHELD_KEPT = 50
+
+
+def _withheld_key(entry: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    return (str(entry.get("component")), str(entry.get("digest")), str(entry.get("action")),
+            str(entry.get("client")))
+
+
+class Quarantine:
+    cache: ClusterCache
+    metrics: Metrics
+    events: EventPoster
+    memory: dict[Key, ResourceMemory]
+    _dirty: set[Key]
+    #: The approved components each resource's proxies are sent, with the judging key they were built for.
+    _approved_answers: dict[Key, tuple[tuple[Any, ...], dict[str, Any]]]
+    #: Services by (namespace, name): their selector and target ports (numbers or names, as text).
+    services: dict[Key, tuple[dict[str, str], tuple[str, ...]]]
+
+    async def _record_withheld(self, pod: PodRecord, proxy: ProxyReport) -> None:
+        """Status, Events and metrics for what a pod's proxy withheld since its last report."""
+        for record in self.cache.selecting(pod):
+            policy = record.policy
+            memory = self.memory.setdefault(record.key, ResourceMemory())
+            known = {_withheld_key(entry): entry for entry in memory.withheld}
+            for item in proxy.withheld:
+                kind = item.component.partition("/")[0]
+                self.metrics.count_withheld(policy.namespace, policy.name, kind, item.reason, item.action,
+                                            item.client, item.count)
+                key = (item.component, item.digest, item.action, item.client)
+                entry = known.pop(key, None)
+                if entry is None:
+                    await self.events.post(
+                        resource_ref(policy.namespace, policy.name, policy.uid), "Warning", "ComponentWithheld",
+                        f"pod {pod.name}: {item.component} {item.action} ({item.reason}, "
+                        f"{short_digest(item.digest) if item.digest else 'no digest'}) for client {item.client}")
+                    entry = {**item.to_dict(), "count": 0}
+                entry.update(count=int(entry["count"]) + item.count, pod=pod.name, lastSeen=now_iso())
+                memory.withheld = [entry, *(e for e in memory.withheld if _withheld_key(e) != key)][:WITHHELD_KEPT]
+            self._dirty.add(record.key)
+
+    def approved_components(self, pod: PodRecord) -> dict[str, Any] | None:
+        """What the proxy of ``pod`` may let through: every approved component digest, and the ignore rules."""
+        resources = self.cache.selecting(pod)
+        if len(resources) != 1:
+            return None  # none or a conflict: the proxy keeps withholding everything
+        policy = resources[0].policy
+        cached = self._approved_answers.get(resources[0].key)
+        if cached is None or cached[0] != policy.judging_key:  # built once per change of what is approved
+            components = sorted({(c.kind.value, c.name, c.digest) for revision in policy.effective_approved
+                                 for c in revision.digest.components})
+            answer = {"ignore": list(policy.ignore), "components": [
+                {"kind": kind, "name": name, "digest": digest} for kind, name, digest in components]}
+            cached = self._approved_answers[resources[0].key] = (policy.judging_key, answer)
+        return cached[1]
+
+    async def on_service(self, event_type: str, body: Mapping[str, Any]) -> None:
+        """Keep the Services: in enforcement Quarantine, one that targets a port past the proxy is reported."""
+        metadata = body.get("metadata") or {}
+        key = (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+        if event_type == "DELETED":
+            self.services.pop(key, None)
+        else:
+            spec = body.get("spec") or {}
+            self.services[key] = (dict(spec.get("selector") or {}),
+                                  tuple(str(port.get("targetPort", port.get("port"))) for port in spec.get("ports") or []))
+        self._dirty.update(record.key for record in self.cache.resources()
+                           if record.key[0] == key[0] and record.policy.enforcement is Enforcement.QUARANTINE)
+
+    async def _check_bypassing(self, record: ResourceRecord, memory: ResourceMemory) -> None:
+        """In enforcement Quarantine: an Event for each Service that newly bypasses the proxy, and the metric."""
+        policy = record.policy
+        if policy.enforcement is not Enforcement.QUARANTINE:
+            return
+        bypassing = self._bypassing(record)
+        for service in sorted(set(bypassing) - set(memory.bypassing)):
+            await self.events.post(resource_ref(policy.namespace, policy.name, policy.uid), "Warning",
+                                   "ServiceBypassesProxy",
+                                   f"Service port {service} sends traffic past the proxy: target the port "
+                                   f"{PROXY_PORT_NAME} ({policy.proxy_port}) instead")
+        memory.bypassing = bypassing
+        self.metrics.proxy_bypassing.labels(policy.namespace, policy.name).set(len(bypassing))
+
+    def _bypassing(self, record: ResourceRecord) -> list[str]:
+        """Services selecting the resource's pods with a target port other than the proxy's."""
+        policy = record.policy
+        pods = self.cache.selected_pods(*record.key)
+        through = {PROXY_PORT_NAME, str(policy.proxy_port)}
+        found = []
+        for (namespace, name), (selector, targets) in sorted(self.services.items()):
+            if namespace != policy.namespace or not selector:
+                continue
+            if any(all(pod.labels.get(k) == v for k, v in selector.items()) for pod in pods):
+                found += [f"{name}:{target}" for target in targets if target not in through]
+        return found

@@ -1,0 +1,90 @@
+"""The MCPServerInterface status, written on the flush timer: the resources marked since the last flush
+get their status built (lockstep.operator.status) and written when it changed.
+
+A mixin of :class:`lockstep.operator.reconciler.Reconciler`, whose ``__init__`` sets the state below.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from lockstep.operator.judge import PodState
+from lockstep.operator.kube import KubeApiError
+from lockstep.operator.outage import ApiUnavailable
+from lockstep.operator.status import ResourceMemory, build_status, finding_counts
+
+if TYPE_CHECKING:
+    from lockstep.operator.cache import ClusterCache, ResourceRecord
+    from lockstep.operator.config import OperatorConfig
+    from lockstep.operator.kube import KubeClient
+    from lockstep.operator.metrics import Metrics
+    from lockstep.operator.observed_maps import ObservedMaps
+    from lockstep.operator.status import PodTrack
+    from lockstep.operator.verdict_events import VerdictEvents
+
+__all__ = ["StatusWriter"]
+
+logger = logging.getLogger(__name__)
+Key = tuple[str, str]
+
+
+class StatusWriter:
+    config: OperatorConfig
+    cache: ClusterCache
+    client: KubeClient
+    metrics: Metrics
+    observed_maps: ObservedMaps
+    verdict_events: VerdictEvents
+    tracks: dict[Key, PodTrack]
+    memory: dict[Key, ResourceMemory]
+    #: Resources whose status is to be built (and written if it changed) at the next flush.
+    _dirty: set[Key]
+    #: The status last written per resource.
+    _written: dict[Key, dict[str, Any]]
+
+    if TYPE_CHECKING:  # in lockstep.operator.quarantine
+        async def _check_bypassing(self, record: ResourceRecord, memory: ResourceMemory) -> None: ...
+
+    async def flush_status(self, *, final: bool = False) -> None:
+        await self.verdict_events.post_batched(everything=final)
+        dirty, self._dirty = self._dirty, set()
+        for key in dirty:
+            record = self.cache.resource(*key)
+            if record is not None:
+                try:
+                    await self._write_status(record)
+                except ApiUnavailable:
+                    self._dirty.add(key)  # the outage is logged once, by lockstep.operator.outage
+                except (KubeApiError, OSError) as error:
+                    logger.warning("Cannot write the status of %s/%s: %s", *key, error)
+                    self._dirty.add(key)
+
+    async def _write_status(self, record: ResourceRecord) -> None:
+        policy = record.policy
+        pods = [(pod, self.tracks.get(pod.key)) for pod in self.cache.selected_pods(*record.key)]
+        memory = self.memory.setdefault(record.key, ResourceMemory())
+        await self._check_bypassing(record, memory)
+        previous = self._written.get(record.key) or record.status
+        status = build_status(policy, pods, memory, previous, definitions_limit=self.config.status_definitions_limit)
+        revisions = {track.verdict.revision.aggregate: track.verdict.revision for _, track in pods
+                     if track and track.verdict and track.verdict.revision is not None}
+        order = {digest: index for index, digest in enumerate(memory.first_seen)}  # first seen, within a second
+        unwanted = await self.observed_maps.place(
+            policy, status, revisions, lambda entry: (entry.get("firstSeen") or "", order.get(entry["digest"], -1)))
+        counts = {PodState(state): status["pods"][state] for state in (s.value for s in PodState)}
+        self.metrics.set_pod_counts(policy.namespace, policy.name, counts)
+        self.metrics.set_findings(policy.namespace, policy.name, finding_counts(status))
+        if not _same_status(status, previous):
+            if record.status.get("phase") and record.status.get("phase") != status["phase"] and previous:
+                logger.info("%s/%s: phase %s -> %s", *record.key, record.status.get("phase"), status["phase"])
+            await self.client.merge_patch(self.client.resource_status_path(*record.key), {"status": status})
+        self._written[record.key] = status
+        await self.observed_maps.prune(record.key, unwanted)  # only once status no longer points at them
+
+
+def _same_status(new: Mapping[str, Any], old: Mapping[str, Any]) -> bool:
+    """Equal but for lastVerificationTime, which alone never causes a write (the metric
+    lockstep_last_verification_timestamp_seconds carries the live value)."""
+    return all(old.get(key) == value for key, value in new.items() if key != "lastVerificationTime")
