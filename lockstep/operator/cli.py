@@ -29,9 +29,22 @@ def _json_object(ctx: click.Context, param: click.Parameter, value: str | None) 
     return parsed
 
 
+def _label_selector(ctx: click.Context, param: click.Parameter, value: str | None) -> str:
+    from lockstep.operator.shard import LabelSelector
+
+    try:
+        return str(LabelSelector.parse(value or ""))
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+
+
 @click.command("operator")
 @click.option("-n", "--namespace", "namespaces", multiple=True, envvar="LOCKSTEP_NAMESPACES",
               help="Namespace to watch (repeatable; env: space-separated). Default: the whole cluster.")
+@click.option("--watch-label-selector", default="", envvar="LOCKSTEP_WATCH_LABEL_SELECTOR",
+              callback=_label_selector,
+              help="Handle only the MCPServerInterfaces whose labels match this selector (kubectl -l syntax, "
+                   "e.g. lockstep.dev/shard=a): one shard of several releases. Default: all of them.")
 @click.option("--report-port", type=click.IntRange(0, 65535), default=8443, show_default=True,
               envvar="LOCKSTEP_REPORT_PORT", help="HTTPS port of POST /v1/reports.")
 @click.option("--tls-cert", type=click.Path(dir_okay=False), envvar="LOCKSTEP_TLS_CERT",
@@ -80,7 +93,8 @@ def _json_object(ctx: click.Context, param: click.Parameter, value: str | None) 
               help="Opted-in namespace where pods may opt out with lockstep.dev/inject=disabled (repeatable; "
                    "'*' for all). By default none may.")
 @click.option("-v", "--verbose", is_flag=True, envvar="LOCKSTEP_VERBOSE", help="Log at debug level.")
-def operator_command(namespaces: Sequence[str], report_port: int, tls_cert: str | None, tls_key: str | None,
+def operator_command(namespaces: Sequence[str], watch_label_selector: str, report_port: int,
+                     tls_cert: str | None, tls_key: str | None,
                      metrics_port: int, health_port: int, webhook_port: int, body_limit: int,
                      rate_per_pod: float, rate_burst: int, observed_configmap_limit: int,
                      observed_configmap_size_limit: int, peering_name: str | None, sidecar_image: str,
@@ -93,6 +107,7 @@ def operator_command(namespaces: Sequence[str], report_port: int, tls_cert: str 
     Examples:
       lockstep operator --tls-cert /tls/tls.crt --tls-key /tls/tls.key
       LOCKSTEP_NAMESPACES="agents tools" lockstep operator --peering lockstep
+      lockstep operator --watch-label-selector lockstep.dev/shard=a --peering lockstep-a
     """
     from lockstep.operator.app import LockstepOperator
 
@@ -101,7 +116,8 @@ def operator_command(namespaces: Sequence[str], report_port: int, tls_cert: str 
     if bool(tls_cert) != bool(tls_key):
         raise click.UsageError("--tls-cert and --tls-key go together")
     config = OperatorConfig(
-        namespaces=tuple(name for entry in namespaces for name in entry.split()), report_port=report_port,
+        namespaces=tuple(name for entry in namespaces for name in entry.split()),
+        watch_label_selector=watch_label_selector, report_port=report_port,
         tls_cert_path=tls_cert, tls_key_path=tls_key, metrics_port=metrics_port, health_port=health_port,
         webhook_port=webhook_port, body_limit=body_limit, rate_per_pod=rate_per_pod, rate_burst=rate_burst,
         observed_configmap_limit=observed_configmap_limit,

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockstep.operator.shard import LabelSelector
+
 __all__ = ["OperatorConfig"]
 
 
@@ -14,6 +16,9 @@ class OperatorConfig:
 
     #: Namespaces to watch; empty means the whole cluster.
     namespaces: tuple[str, ...] = ()
+    #: Label selector (Kubernetes syntax) of the MCPServerInterface resources this operator handles, a
+    #: shard of the cluster's (lockstep.operator.shard); empty means every resource.
+    watch_label_selector: str = ""
     #: The report endpoint (HTTPS): ``POST /v1/reports``.
     report_host: str = "0.0.0.0"
     report_port: int = 8443
@@ -62,6 +67,11 @@ class OperatorConfig:
     own_namespace: str = ""
     #: Namespaces where a pod may opt out of injection with lockstep.dev/inject=disabled ("*": all).
     allow_opt_out: tuple[str, ...] = ()
+
+    @property
+    def shard(self) -> LabelSelector | None:
+        """The parsed watch_label_selector; None when the operator handles every resource."""
+        return LabelSelector.parse(self.watch_label_selector) if self.watch_label_selector.strip() else None
 
     @property
     def tls_enabled(self) -> bool:

@@ -140,11 +140,68 @@ Service DNS names that the serving certificate must cover.
 {{- end }}
 
 {{/*
+Shards (docs/scale.md#sharding). shard.resourceSelector as the text of a label selector, the operator's
+--watch-label-selector: "k=v,k in (a,b),k notin (a),k,!k"; empty without one.
+*/}}
+{{- define "lockstep.shard.labelSelector" -}}
+{{- $selector := .Values.shard.resourceSelector }}
+{{- $parts := list }}
+{{- range $key, $value := $selector.matchLabels }}
+{{- $parts = append $parts (printf "%s=%s" $key (toString $value)) }}
+{{- end }}
+{{- range $selector.matchExpressions }}
+{{- if eq .operator "In" }}
+{{- $parts = append $parts (printf "%s in (%s)" .key (join "," .values)) }}
+{{- else if eq .operator "NotIn" }}
+{{- $parts = append $parts (printf "%s notin (%s)" .key (join "," .values)) }}
+{{- else if eq .operator "Exists" }}
+{{- $parts = append $parts .key }}
+{{- else if eq .operator "DoesNotExist" }}
+{{- $parts = append $parts (printf "!%s" .key) }}
+{{- else }}
+{{- fail (printf "shard.resourceSelector.matchExpressions: operator %q is not In, NotIn, Exists or DoesNotExist" (toString .operator)) }}
+{{- end }}
+{{- end }}
+{{- join "," $parts }}
+{{- end }}
+
+{{- define "lockstep.shard.hasPodSelector" -}}
+{{- if or .Values.shard.podSelector.matchLabels .Values.shard.podSelector.matchExpressions }}true{{ end }}
+{{- end }}
+
+{{/*
+objectSelector of a pod webhook: shard.podSelector, plus the inject label for the webhook of pods opted
+in one by one. Usage: include "lockstep.webhook.podObjectSelector" (dict "root" . "optIn" true)
+*/}}
+{{- define "lockstep.webhook.podObjectSelector" -}}
+{{- $pods := .root.Values.shard.podSelector }}
+{{- $labels := deepCopy (default (dict) $pods.matchLabels) }}
+{{- if .optIn }}
+{{- $_ := set $labels .root.Values.webhook.injectLabel.key .root.Values.webhook.injectLabel.value }}
+{{- end }}
+{{- if or $labels $pods.matchExpressions }}
+objectSelector:
+  {{- with $labels }}
+  matchLabels:
+    {{- range $key, $value := . }}
+    {{ $key }}: {{ toString $value | quote }}
+    {{- end }}
+  {{- end }}
+  {{- with $pods.matchExpressions }}
+  matchExpressions: {{ toJson . }}
+  {{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
 Render-time checks of contradictory values.
 */}}
 {{- define "lockstep.checks" -}}
 {{- if and .Values.tls.certManager.enabled .Values.tls.certManager.issuerRef.name (not .Values.tls.certManager.issuerRef.kind) }}
 {{- fail "tls.certManager.issuerRef.kind is required when tls.certManager.issuerRef.name is set" }}
+{{- end }}
+{{- if and (include "lockstep.shard.labelSelector" .) (not (include "lockstep.shard.hasPodSelector" .)) }}
+{{- fail "shard.resourceSelector needs shard.podSelector: without it this release's webhook injects every opted-in pod, those of the other shards too" }}
 {{- end }}
 {{- if and (gt (int .Values.operator.replicaCount) 1) (not .Values.operator.peering.enabled) }}
 {{- fail "operator.replicaCount > 1 needs operator.peering.enabled: without peering every replica would handle every resource" }}
@@ -262,6 +319,9 @@ parses these arguments with the operator's own click command.
 {{- end }}
 {{- range .Values.operator.watchNamespaces }}
 - --namespace={{ . }}
+{{- end }}
+{{- with include "lockstep.shard.labelSelector" . }}
+- {{ printf "--watch-label-selector=%s" . | quote }}
 {{- end }}
 - --tls-cert=/etc/lockstep/tls/tls.crt
 - --tls-key=/etc/lockstep/tls/tls.key
