@@ -36,14 +36,12 @@ from lockstep.core.diff import (
 )
 from lockstep.core.conditions import CONDITION_TYPE as CONDITION
 from lockstep.core.conditions import DRIFT_REASONS
-from lockstep.core.manifest import GROUP, KIND, VERSION
+from lockstep.core.names import GROUP, KIND, PLURAL, SHORT_NAME, VERSION
 from lockstep.core.revision import Revision
 
 __all__ = ["Cluster", "ClusterTarget", "cluster_options", "diff_resource", "parse_resource", "with_referenced_definitions"]
 
-PLURAL = "mcpserverinterfaces"
-RESOURCE_PREFIXES = frozenset({"mcpi", "mcpserverinterface", "mcpserverinterfaces",
-                               "mcpserverinterface.lockstep.dev", "mcpserverinterfaces.lockstep.dev"})
+RESOURCE_PREFIXES = frozenset({SHORT_NAME, KIND.lower(), PLURAL, f"{KIND.lower()}.{GROUP}", f"{PLURAL}.{GROUP}"})
 REQUEST_TIMEOUT = (5.0, 30.0)  # connect, read (seconds)
 FIELD_MANAGER = "lockstep-cli"
 _BOLD, _RESET = "\x1b[1m", "\x1b[0m"

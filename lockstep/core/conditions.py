@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import enum
 
-__all__ = ["CONDITION_TYPE", "DRIFT_REASONS", "Reason"]
+from lockstep.core.names import CONDITION_TYPE
 
-#: The pod readiness gate and condition type.
-CONDITION_TYPE = "lockstep.dev/interface-verified"
+__all__ = ["CONDITION_TYPE", "DRIFT_REASONS", "Reason"]
 
 
 class Reason(str, enum.Enum):

@@ -16,6 +16,7 @@ from typing import Any
 from lockstep.core.errors import MalformedInterfaceError
 from lockstep.core.ignore import IgnoreRules, parse_ignore_rules
 from lockstep.core.model import DEFAULT_LIMITS, Interface, Limits
+from lockstep.core.names import API_VERSION, KIND
 from lockstep.core.revision import Revision
 
 __all__ = [
@@ -27,10 +28,6 @@ __all__ = [
     "load_pinned",
 ]
 
-GROUP = "lockstep.dev"
-VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "MCPServerInterface"
 DEFAULT_ENDPOINT = {"port": 8080, "path": "/mcp", "transport": "streamable-http"}
 
 

@@ -10,11 +10,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lockstep.operator.injection import selector_matches
-from lockstep.operator.judge import CONDITION_TYPE, Policy
+from lockstep.operator.judge import Policy
+
+from lockstep.core.conditions import CONDITION_TYPE
+from lockstep.core.names import INTERFACE_ANNOTATION
 
 __all__ = ["BINDING_ANNOTATION", "ClusterCache", "PodRecord", "ResourceRecord"]
 
-BINDING_ANNOTATION = "lockstep.dev/interface"
+BINDING_ANNOTATION = INTERFACE_ANNOTATION
 
 Key = tuple[str, str]
 
@@ -50,6 +53,12 @@ class PodRecord:
     @property
     def key(self) -> Key:
         return (self.namespace, self.name)
+
+    @property
+    def binding(self) -> str | None:
+        """The MCPServerInterface the pod's annotation binds it to (the other annotations never change
+        which resource selects it)."""
+        return self.annotations.get(BINDING_ANNOTATION)
 
     @property
     def lockstep_condition(self) -> dict[str, Any] | None:

@@ -24,8 +24,32 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lockstep.core.conditions import CONDITION_TYPE
 from lockstep.core.capabilities import format_client_capabilities, parse_client_capabilities
+from lockstep.core.conditions import CONDITION_TYPE
+from lockstep.core.names import (
+    ENV_HEADERS_DIR,
+    ENV_INTERFACE,
+    ENV_MCP_PATH,
+    ENV_MCP_PORT,
+    ENV_MCP_TRANSPORT,
+    ENV_MCP_URL,
+    ENV_OPERATOR_CA,
+    ENV_OPERATOR_URL,
+    ENV_PROBE_CLIENT_CAPABILITIES,
+    ENV_PROBE_INTERVAL,
+    ENV_PROBE_TIMEOUT,
+    ENV_PROXY_PORT,
+    ENV_SIDECAR_PORT,
+    ENV_TOKEN_PATH,
+    HEADERS_DIR,
+    INJECT_LABEL,
+    INTERFACE_ANNOTATION,
+    PROXY_PORT_NAME,
+    SIDECAR_NAME,
+    TOKEN_AUDIENCE,
+    TOKEN_DIR,
+    TOKEN_PATH,
+)
 
 __all__ = [
     "DEFAULT_SIDECAR_PORT",
@@ -52,20 +76,15 @@ __all__ = [
     "selector_matches",
 ]
 
-INJECT_LABEL = "lockstep.dev/inject"
-INTERFACE_ANNOTATION = "lockstep.dev/interface"
+# INJECT_LABEL, INTERFACE_ANNOTATION, SIDECAR_NAME, PROXY_PORT_NAME, TOKEN_AUDIENCE, TOKEN_DIR and
+# HEADERS_DIR are lockstep.core.names'; they stay importable from here.
 READINESS_GATE = CONDITION_TYPE  # the gate waits for the condition the operator writes
-TOKEN_AUDIENCE = "lockstep.dev"
-SIDECAR_NAME = "lockstep-sidecar"
 TOKEN_VOLUME = "lockstep-token"
 HEADERS_VOLUME = "lockstep-headers"
-TOKEN_DIR = "/var/run/secrets/lockstep.dev"
 NO_API_TOKEN_VOLUME = "lockstep-no-api-token"
 API_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-HEADERS_DIR = "/etc/lockstep/headers"
 DEFAULT_SIDECAR_PORT = 9090
 DEFAULT_PROXY_PORT = 8090
-PROXY_PORT_NAME = "lockstep-mcp"
 NONROOT_ID = 65532  # the image's numeric user, so runAsNonRoot can verify it
 #: World-readable: without an fsGroup, or one runAsUser shared by every container, the kubelet writes
 #: projected and Secret volume files as root:root with this mode, and the sidecar runs as NONROOT_ID.
@@ -307,21 +326,21 @@ def _sidecar_env(settings: SidecarSettings, binding: Binding, mcp_port: int,
     ``<SERVICE>_PORT=tcp://...`` for every Service in the namespace (a Service ``lockstep-proxy`` gives
     ``LOCKSTEP_PROXY_PORT``), and only a variable the container sets itself takes precedence over them."""
     values = {
-        "LOCKSTEP_MCP_URL": "",
-        "LOCKSTEP_MCP_PORT": str(mcp_port),
-        "LOCKSTEP_MCP_PATH": binding.path,
-        "LOCKSTEP_MCP_TRANSPORT": binding.transport,
-        "LOCKSTEP_INTERFACE": binding.interface,
-        "LOCKSTEP_PROBE_INTERVAL": _seconds(binding.interval_seconds),
-        "LOCKSTEP_PROBE_TIMEOUT": _seconds(binding.timeout_seconds),
-        "LOCKSTEP_OPERATOR_URL": settings.report_url,
-        "LOCKSTEP_TOKEN_PATH": f"{TOKEN_DIR}/token",
-        "LOCKSTEP_OPERATOR_CA": settings.operator_ca,
-        "LOCKSTEP_HEADERS_DIR": HEADERS_DIR if binding.headers_secret else "",
-        "LOCKSTEP_SIDECAR_PORT": str(port),
-        "LOCKSTEP_PROXY_PORT": str(binding.proxy_port) if binding.proxy_port is not None else "",
-        "LOCKSTEP_PROBE_CLIENT_CAPABILITIES": (format_client_capabilities(binding.client_capabilities)
-                                               if binding.client_capabilities is not None else ""),
+        ENV_MCP_URL: "",
+        ENV_MCP_PORT: str(mcp_port),
+        ENV_MCP_PATH: binding.path,
+        ENV_MCP_TRANSPORT: binding.transport,
+        ENV_INTERFACE: binding.interface,
+        ENV_PROBE_INTERVAL: _seconds(binding.interval_seconds),
+        ENV_PROBE_TIMEOUT: _seconds(binding.timeout_seconds),
+        ENV_OPERATOR_URL: settings.report_url,
+        ENV_TOKEN_PATH: TOKEN_PATH,
+        ENV_OPERATOR_CA: settings.operator_ca,
+        ENV_HEADERS_DIR: HEADERS_DIR if binding.headers_secret else "",
+        ENV_SIDECAR_PORT: str(port),
+        ENV_PROXY_PORT: str(binding.proxy_port) if binding.proxy_port is not None else "",
+        ENV_PROBE_CLIENT_CAPABILITIES: (format_client_capabilities(binding.client_capabilities)
+                                        if binding.client_capabilities is not None else ""),
     }
     # An empty value as the API server stores it (EnvVar.value is omitempty): a re-invoked webhook then
     # finds exactly what it planned. The kubelet sets such a variable to the empty string.

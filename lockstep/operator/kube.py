@@ -16,11 +16,10 @@ from typing import Any
 import aiohttp
 import kopf
 
+from lockstep.core.names import GROUP, PLURAL, VERSION
+
 __all__ = ["GROUP", "MERGE_PATCH", "PLURAL", "VERSION", "KubeApiError", "KubeClient"]
 
-GROUP = "lockstep.dev"
-VERSION = "v1alpha1"
-PLURAL = "mcpserverinterfaces"
 MERGE_PATCH = "application/merge-patch+json"
 
 

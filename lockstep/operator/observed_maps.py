@@ -29,9 +29,11 @@ from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from typing import Any
 
 from lockstep.operator.judge import Policy
-from lockstep.operator.kube import GROUP, VERSION, KubeApiError, KubeClient
+from lockstep.operator.kube import KubeApiError, KubeClient
 
 from lockstep.core.digest import DIGEST_PREFIX
+from lockstep.core.names import DIGEST_ANNOTATION, DIGEST_LABEL, GROUP, INTERFACE_LABEL, VERSION
+from lockstep.core.names import KIND as OWNER_KIND
 from lockstep.core.revision import Revision
 
 __all__ = ["DATA_KEY", "DIGEST_ANNOTATION", "DIGEST_LABEL", "INTERFACE_LABEL", "ObservedMaps", "configmap_name",
@@ -40,10 +42,6 @@ __all__ = ["DATA_KEY", "DIGEST_ANNOTATION", "DIGEST_LABEL", "INTERFACE_LABEL", "
 logger = logging.getLogger(__name__)
 Key = tuple[str, str]
 DATA_KEY = "definitions.json"
-INTERFACE_LABEL = "lockstep.dev/interface"
-DIGEST_LABEL = "lockstep.dev/observed-digest"
-DIGEST_ANNOTATION = "lockstep.dev/digest"
-OWNER_KIND = "MCPServerInterface"
 NAME_LIMIT = 253  # a DNS subdomain
 LABEL_LIMIT = 63
 _SUFFIX = "-observed-"

@@ -25,6 +25,7 @@ import kopf
 
 from lockstep.core import FormulaError, IgnoreRuleError, InterfaceError, parse_ignore_rules
 from lockstep.core.digest import ensure_formula
+from lockstep.core.names import GROUP, PLURAL, VERSION
 from lockstep.core.revision import Revision, RevisionMismatchError
 
 __all__ = ["Checked", "check_interface", "register_validation", "selector_problems"]
@@ -32,7 +33,6 @@ __all__ = ["Checked", "check_interface", "register_validation", "selector_proble
 logger = logging.getLogger(__name__)
 
 WEBHOOK_ID = "validate-mcpserverinterfaces"  # kopf serves it at /validate-mcpserverinterfaces
-GROUP, VERSION, PLURAL = "lockstep.dev", "v1alpha1", "mcpserverinterfaces"
 MESSAGE_LIMIT = 4096
 REGENERATE = "regenerate the entry with `lockstep approve` or `lockstep snapshot` instead of editing it by hand"
 

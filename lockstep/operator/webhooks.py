@@ -38,8 +38,6 @@ from lockstep.operator.admission_policy import (
 )
 from lockstep.operator.events import build_event
 from lockstep.operator.injection import (
-    INJECT_LABEL,
-    INTERFACE_ANNOTATION,
     Binding,
     BindingError,
     SidecarSettings,
@@ -49,6 +47,8 @@ from lockstep.operator.injection import (
     selector_matches,
 )
 
+from lockstep.core.names import GROUP, INJECT_LABEL, INTERFACE_ANNOTATION, PLURAL, VERSION
+
 __all__ = ["InterfaceLookup", "KopfApiLookup", "Resolution", "register_webhooks", "resolve_binding"]
 
 logger = logging.getLogger(__name__)
@@ -56,7 +56,6 @@ logger = logging.getLogger(__name__)
 WEBHOOK_ID = "mutate-pods"  # kopf serves it at /mutate-pods
 VALIDATE_ID = "validate-pods"  # pod UPDATEs and ephemeral containers, at /validate-pods
 ALWAYS_EXCLUDED_NAMESPACES = frozenset({"kube-system"})
-GROUP, VERSION, PLURAL = "lockstep.dev", "v1alpha1", "mcpserverinterfaces"
 
 EventPoster = Callable[[Mapping[str, str], str, str], Awaitable[None] | None]
 
