@@ -10,7 +10,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+from lockstep.core.replay import REPORT_STAMP_ANNOTATION, recorded_stamp
 from lockstep.operator.cache import PodRecord
+from lockstep.operator.freshness import StaleReport
 from lockstep.operator.events import pod_ref
 from lockstep.operator.judge import CONDITION_TYPE, PodState, Policy, Reason, Verdict
 from lockstep.operator.kube import KubeApiError
@@ -127,9 +129,10 @@ class ConditionWrites:
             condition = {"type": CONDITION_TYPE, "status": verdict.status, "reason": verdict.reason.value,
                          "message": verdict.message, "lastProbeTime": None,
                          "lastTransitionTime": since or now_iso()}
-            patch: dict[str, Any] = {"status": {"conditions": [*pod.other_conditions, condition]}}
+            patch: dict[str, Any] = {"status": {"conditions": [*pod.other_conditions, condition]},
+                                     "metadata": self._stamp_annotation(pod)}
             if pod.resource_version:
-                patch["metadata"] = {"resourceVersion": pod.resource_version}
+                patch["metadata"]["resourceVersion"] = pod.resource_version
             try:
                 body = await self.client.merge_patch(self.client.pod_status_path(*key), patch)
             except KubeApiError as error:
@@ -148,6 +151,21 @@ class ConditionWrites:
                 pod.conditions = [*pod.other_conditions, condition]
             return True
         raise KubeApiError(409, f"pod {key[0]}/{key[1]} kept changing; condition not written")
+
+    def _stamp_annotation(self, pod: PodRecord) -> dict[str, Any]:
+        """The annotations of the write: the stamp of the report behind the verdict, unless the pod
+        records a newer one (another replica, or the last leader, accepted a later report: this
+        verdict is of an older report and is not written)."""
+        track = self.tracks.get(pod.key)
+        stamp = track.stamp if track is not None and track.uid == pod.uid else None
+        if stamp is None:
+            return {}
+        recorded = recorded_stamp(pod.annotations)
+        if recorded is not None and recorded != stamp:
+            why = stamp.replays(recorded)
+            if why is not None:
+                raise StaleReport("Replayed", f"the pod records a newer report than this one: {why}")
+        return {"annotations": {REPORT_STAMP_ANNOTATION: stamp.to_annotation()}}
 
     def _verdict_reason(self, key: Key) -> Reason | None:
         track = self.tracks.get(key)

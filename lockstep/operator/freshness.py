@@ -1,10 +1,10 @@
 """Replay protection for reports: per pod, only a report newer than the last accepted one is taken.
 
-Each sidecar process stamps every send with its random boot id, its start time and a growing sequence
-number (lockstep.core.report.Freshness). A report is refused (409 Replayed) when it is not newer than the
-last report accepted for the same pod uid: same boot and a sequence not above the last, or another boot
-that did not start later. Its ``sentAt`` must be within ``max_skew`` of the operator's clock (400
-ClockSkew), which bounds how old a captured report can be after the operator restarts and forgets.
+The rule is lockstep.core.replay's. The last stamp accepted for a pod is looked up in this replica's
+memory and in the pod's annotation ``lockstep.dev/last-report``, which the operator writes with every
+verdict: after a restart, or when another replica wrote the verdict, the pod still tells. A report is
+refused (409 Replayed) when it is not newer than either. Its ``sentAt`` must be within ``max_skew`` of
+the operator's clock (400 ClockSkew), which bounds how old a captured report can be at all.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import datetime
 import logging
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 
+from lockstep.core.replay import ReportStamp, StampError
 from lockstep.core.report import Freshness
 
 __all__ = ["DEFAULT_MAX_SKEW", "FreshnessBook", "OperatorClock", "StaleReport"]
@@ -34,46 +34,41 @@ class StaleReport(Exception):
         self.reason = reason
 
 
-@dataclass(frozen=True)
-class _Seen:
-    boot_id: str
-    boot_time: datetime.datetime
-    sequence: int
-
-
-def _parse_time(text: str, field: str) -> datetime.datetime:
+def stamp_of(freshness: Freshness) -> ReportStamp:
     try:
-        moment = datetime.datetime.fromisoformat(text)
-    except ValueError:
-        raise StaleReport("ClockSkew", f"{field} is not a timestamp: {text[:40]!r}") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=datetime.UTC)
+        return ReportStamp.of(freshness)
+    except StampError as error:
+        raise StaleReport("ClockSkew", str(error)) from None
 
 
 class FreshnessBook:
     def __init__(self, max_skew: float = DEFAULT_MAX_SKEW) -> None:
         self.max_skew = max_skew
-        self._seen: OrderedDict[str, _Seen] = OrderedDict()
+        self._seen: OrderedDict[str, ReportStamp] = OrderedDict()
 
-    def admit(self, pod_uid: str, freshness: Freshness, now: datetime.datetime | None = None) -> None:
-        """Accept and remember ``freshness`` for the pod, or raise StaleReport (nothing remembered)."""
+    def admit(self, pod_uid: str, freshness: Freshness, now: datetime.datetime | None = None, *,
+              recorded: ReportStamp | None = None) -> ReportStamp:
+        """Accept and remember ``freshness`` for the pod, or raise StaleReport (nothing remembered).
+        ``recorded``: the stamp the pod's annotation carries (the last verdict's report, whoever wrote it)."""
         now = now or datetime.datetime.now(datetime.UTC)
-        sent_at = _parse_time(freshness.sent_at, "sentAt")
+        try:
+            sent_at = datetime.datetime.fromisoformat(freshness.sent_at)
+        except ValueError:
+            raise StaleReport("ClockSkew", f"sentAt is not a timestamp: {freshness.sent_at[:40]!r}") from None
+        sent_at = sent_at if sent_at.tzinfo else sent_at.replace(tzinfo=datetime.UTC)
         if abs((now - sent_at).total_seconds()) > self.max_skew:
             raise StaleReport("ClockSkew", f"sentAt {freshness.sent_at} is more than {self.max_skew:g}s from the "
                                            "operator's clock (a replayed report, or clocks out of sync)")
-        seen = _Seen(freshness.boot_id, _parse_time(freshness.boot_time, "bootTime"), freshness.sequence)
-        last = self._seen.get(pod_uid)
-        if last is not None:
-            if seen.boot_id == last.boot_id and seen.sequence <= last.sequence:
-                raise StaleReport("Replayed", f"sequence {seen.sequence} of this sidecar was accepted already "
-                                              f"(last {last.sequence}): a replayed report")
-            if seen.boot_id != last.boot_id and seen.boot_time <= last.boot_time:
-                raise StaleReport("Replayed", "a report from a sidecar process that started before the last "
-                                              "one accepted for this pod: a replayed report")
-        self._seen[pod_uid] = seen
+        stamp = stamp_of(freshness)
+        for last in (self._seen.get(pod_uid), recorded):
+            why = stamp.replays(last) if last is not None else None
+            if why is not None:
+                raise StaleReport("Replayed", why)
+        self._seen[pod_uid] = stamp
         self._seen.move_to_end(pod_uid)
         if len(self._seen) > MAX_PODS:
             self._seen.popitem(last=False)
+        return stamp
 
     def forget(self, pod_uid: str) -> None:
         self._seen.pop(pod_uid, None)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from lockstep.operator.judge import Policy, Verdict, short_digest
 from lockstep.operator.status import PodTrack
 
+from lockstep.core.replay import ReportStamp
 from lockstep.core.report import Observation, ProxyReport
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ class Intake:
         async def _record_withheld(self, pod: PodRecord, proxy: ProxyReport) -> None: ...
 
     async def accept(self, pod: PodRecord, observation: Observation,
-                     proxy: ProxyReport | None = None) -> Verdict | None:
+                     proxy: ProxyReport | None = None, *, stamp: ReportStamp | None = None) -> Verdict | None:
         """Record an authenticated report for ``pod`` and judge it; None when nothing selects the pod.
         ``proxy``: the report's proxy section (the sidecar runs the in-line proxy).
         A digest-only report (no definitions) is judged with the definitions held for its digest, or
@@ -62,6 +63,7 @@ class Intake:
         track.received_at = time.monotonic()
         track.stale = False
         track.proxied = proxy is not None
+        track.stamp = stamp or track.stamp
         if proxy is not None and proxy.withheld:
             await self._record_withheld(pod, proxy)
         return await self._judge_pod(pod.key)

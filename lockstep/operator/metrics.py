@@ -100,7 +100,7 @@ class Metrics:
         """Export the rejection counters at zero so that rate() works from the first rejection."""
         for reason in reasons:
             self.reports_rejected.labels(reason)
-        for outcome in ("accepted", "rejected"):
+        for outcome in ("accepted", "rejected", "relayed"):
             self.report_duration.labels(outcome)
 
 

@@ -23,10 +23,13 @@ from lockstep.operator.freshness import FreshnessBook, StaleReport
 from lockstep.operator.kube import KubeApiError, KubeClient
 from lockstep.operator.metrics import Metrics
 from lockstep.operator.outage import ApiOutage, ApiUnavailable
+from lockstep.operator.peering import Leadership
 from lockstep.operator.reconciler import DefinitionsRequired, Reconciler
+from lockstep.operator.relay import RELAYED_FOR_HEADER, RelayFailed, ReportRelay
 
 from lockstep.core.errors import InterfaceError
 from lockstep.core.model import loads_strict
+from lockstep.core.replay import recorded_stamp
 from lockstep.core.report import Freshness, Observation, ProxyReport
 
 __all__ = ["AUDIENCE", "Identity", "ReportRejected", "ReportServer", "TokenReviewer"]
@@ -183,8 +186,12 @@ class RateLimiter:
 
 class ReportServer:
     def __init__(self, config: OperatorConfig, reconciler: Reconciler, reviewer: TokenReviewer,
-                 metrics: Metrics, outage: ApiOutage | None = None) -> None:
+                 metrics: Metrics, outage: ApiOutage | None = None, leadership: Leadership | None = None) -> None:
         self.config = config
+        #: With peering: where the leader is, and who the peers are (a standby relays to the leader).
+        self.leadership = leadership
+        self.relay = ReportRelay(report_url=config.report_url, ca_path=config.operator_ca_path,
+                                 tls=config.tls_enabled) if leadership is not None else None
         self.outage = outage or ApiOutage()
         self.reconciler = reconciler
         self.reviewer = reviewer
@@ -218,6 +225,8 @@ class ReportServer:
     async def stop(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+        if self.relay is not None:
+            await self.relay.close()
 
     def _ssl_context(self) -> ssl.SSLContext | None:
         if not self.config.tls_enabled:
@@ -233,9 +242,17 @@ class ReportServer:
     async def handle_health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
+    def _leader_endpoint(self) -> str | None:
+        """Where a standby relays reports (None: this replica leads, or the leader is not known)."""
+        if self.relay is None or self.leadership is None or not self.reconciler.synced.is_set():
+            return None
+        return self.leadership.leader_endpoint
+
     async def handle_ready(self, request: web.Request) -> web.Response:
         if self.serving():
             return web.json_response({"status": "ready"})
+        if not self.reconciler.is_leader() and self._leader_endpoint():
+            return web.json_response({"status": "ready (relays reports to the leader)"})
         return web.json_response({"status": "not serving (syncing, or another replica leads)"}, status=503)
 
     async def handle_report(self, request: web.Request) -> web.Response:
@@ -243,7 +260,12 @@ class ReportServer:
         outcome = "rejected"
         try:
             if not self.serving():
-                raise NotServing()
+                endpoint = self._leader_endpoint()
+                if endpoint is None or RELAYED_FOR_HEADER in request.headers:
+                    raise NotServing()
+                response = await self._relay(request, endpoint)
+                outcome = "relayed"
+                return response
             verdict, approved = await self._judge(request)
             outcome = "accepted"
             # "digests": this operator takes digest-only reports (a sidecar never sends one to an operator
@@ -258,7 +280,9 @@ class ReportServer:
             return web.json_response({"reason": "DefinitionsRequired",
                                       "message": f"send the report again with its definitions: {missing}"},
                                      status=428)
-        except NotServing:
+        except (NotServing, RelayFailed) as failure:
+            if isinstance(failure, RelayFailed):
+                logger.warning("Cannot relay a report: %s", failure)
             response = web.json_response({"reason": "NotServing", "message": "this replica does not serve reports now"},
                                          status=503, headers={"Retry-After": "1"})
             response.force_close()  # the retry opens a new connection, which the Service may send to the leader
@@ -279,13 +303,39 @@ class ReportServer:
         finally:
             self.metrics.report_duration.labels(outcome).observe(time.perf_counter() - started)
 
+    async def _relay(self, request: web.Request, endpoint: str) -> web.Response:
+        """A standby's part: the cheap checks that need no API (size, bearer, the per-address limit on
+        every relayed report), then the report goes to the leader as it came."""
+        assert self.relay is not None
+        length = request.content_length
+        if length is not None and length > self.config.body_limit:
+            raise ReportRejected(413, "TooLarge", f"the report is larger than {self.config.body_limit} bytes")
+        _bearer(request)
+        if self.sources is not None:
+            wait = self.sources.admit(request.remote or "unknown")
+            if wait:
+                raise ReportRejected(429, "RateLimited", "too many reports from this address", retry_after=wait)
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise ReportRejected(413, "TooLarge", f"the report is larger than {self.config.body_limit} bytes") from None
+        return await self.relay.send(request, body, endpoint)
+
+    def _source(self, request: web.Request) -> str:
+        """The caller's address; for a report a live peer relayed, the address the peer names."""
+        remote = request.remote or "unknown"
+        relayed_for = request.headers.get(RELAYED_FOR_HEADER)
+        if relayed_for and self.leadership is not None and remote in self.leadership.peer_hosts:
+            return relayed_for
+        return remote
+
     async def _judge(self, request: web.Request) -> tuple[dict[str, str], dict[str, Any] | None]:
         length = request.content_length
         if length is not None and length > self.config.body_limit:
             raise ReportRejected(413, "TooLarge", f"the report is larger than {self.config.body_limit} bytes")
         token = _bearer(request)
         if self.sources is not None and not self.reviewer.known(token):
-            wait = self.sources.admit(request.remote or "unknown")
+            wait = self.sources.admit(self._source(request))
             if wait:
                 raise ReportRejected(429, "RateLimited", "too many unknown tokens from this address",
                                      retry_after=wait)
@@ -302,10 +352,12 @@ class ReportServer:
             raise ReportRejected(403, "NotSelected", f"no MCPServerInterface selects pod {identity.pod_name}")
         observation, freshness, proxy = await _read_observation(request, self.config.body_limit)
         try:
-            self.freshness.admit(identity.pod_uid, freshness)
+            stamp = self.freshness.admit(identity.pod_uid, freshness, recorded=recorded_stamp(pod.annotations))
+            # The write checks the stamp again against the pod as the API server has it (a write
+            # guarded by resourceVersion that meets a newer pod reads it first).
+            verdict = await self.reconciler.accept(pod, observation, proxy, stamp=stamp)
         except StaleReport as stale:
             raise ReportRejected(409 if stale.reason == "Replayed" else 400, stale.reason, str(stale)) from None
-        verdict = await self.reconciler.accept(pod, observation, proxy)
         if verdict is None:
             raise ReportRejected(403, "NotSelected", f"no MCPServerInterface selects pod {identity.pod_name}")
         approved = self.reconciler.approved_components(pod) if proxy is not None else None

@@ -30,6 +30,7 @@ from typing import Any
 from lockstep.operator.cache import PodRecord
 from lockstep.operator.judge import Enforcement, PodState, Policy, Verdict, short_digest
 
+from lockstep.core.replay import ReportStamp
 from lockstep.core.report import Observation
 from lockstep.core.revision import Revision
 
@@ -60,6 +61,9 @@ class PodTrack:
     stale: bool = False
     #: The pod's last report came from a sidecar that runs the in-line proxy.
     proxied: bool = False
+    #: The stamp of the last accepted report, written into the pod with the next verdict (replay
+    #: protection that survives restarts: lockstep.core.replay).
+    stamp: ReportStamp | None = None
     #: The condition (status, reason, message) last written, and those written before it: a watch
     #: event that arrives late shows one of those, which is no reason to write again.
     written: tuple[str, str, str] | None = None

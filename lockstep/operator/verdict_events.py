@@ -1,6 +1,8 @@
-"""The Events of verdict changes: one on the pod for each of its transitions; on its MCPServerInterface
-at most one per reason and RESOURCE_EVENT_WINDOW, the changes after it counted into one Event at the end
-of the window (a fleet rollout posts one Event per resource, not one per pod)."""
+"""The Events of verdict changes: one on the pod for each of its transitions, within the Event budget
+of lockstep.operator.events (a fleet rollout spends it at once: past it the pod's change is told by its
+condition and its resource's Event); on its MCPServerInterface at most one per reason and
+RESOURCE_EVENT_WINDOW, the changes after it counted into one Event at the end of the window, naming the
+pods (a fleet rollout posts one Event per resource, not one per pod)."""
 
 from __future__ import annotations
 
@@ -45,7 +47,8 @@ class VerdictEvents:
         """An Event on the pod for each of its transitions; on the resource, at most one per reason and
         RESOURCE_EVENT_WINDOW (the rest are counted into one Event at the end of the window)."""
         kind = "Normal" if verdict.status == "True" and verdict.reason is Reason.VERIFIED else "Warning"
-        await self.events.post(pod_ref(pod.namespace, pod.name, pod.uid), kind, verdict.reason.value, verdict.message)
+        await self.events.post(pod_ref(pod.namespace, pod.name, pod.uid), kind, verdict.reason.value, verdict.message,
+                               skippable=True)
         now = time.monotonic()
         for record in resources:
             ref = resource_ref(record.policy.namespace, record.policy.name, record.policy.uid)

@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from lockstep.operator.app import LockstepOperator
 from lockstep.operator.config import OperatorConfig
+from lockstep.operator.shard import LabelSelector
 
 from lockstep.core import Interface
 from lockstep.core.errors import InterfaceError
@@ -76,6 +77,7 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
     * kmock finds the object of every GET/PATCH/DELETE by scanning all stored objects (O(objects) per
       request: 20 ms per request at 10,000 pods). A request that names one object is looked up by
       its key here instead; any other request takes kmock's scan.
+    * kmock ignores ``labelSelector``: a list or watch with one gets only the matching objects here.
     """
 
     bypass: list[Any] = attrs.field(factory=list)
@@ -98,7 +100,11 @@ class Emulator(kmock.KubernetesEmulator):  # type: ignore[misc]
         if strict and request.name is not None and request.resource is not None:
             found = self._objects._objects.get((request.resource, request.namespace, request.name))
             return [found] if found is not None else []
-        return list(super()._KubernetesEmulator__get_objs(request, strict))  # type: ignore[misc]
+        found = list(super()._KubernetesEmulator__get_objs(request, strict))  # type: ignore[misc]
+        if not strict and request.params.get("labelSelector"):  # a list or watch with a labelSelector
+            selector = LabelSelector.parse(request.params["labelSelector"])
+            found = [obj for obj in found if selector.matches((obj.raw.get("metadata") or {}).get("labels"))]
+        return found
 
     async def _serve(self, request: kmock.Request) -> Any:
         if self.token_reviews is not None and request.method == kmock.method.POST \
@@ -325,11 +331,11 @@ class Sidecar:
         return await self.post((await self.observe(mcp_url)).to_dict())
 
     async def post(self, body: Any, *, raw: bytes | None = None, token: str | None = None,
-                   stamp: bool = True) -> tuple[int, dict[str, Any]]:
+                   stamp: bool = True, headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any]]:
         if stamp and isinstance(body, dict) and "bootId" not in body:
             body = self.stamp(body)
         headers = {"Authorization": f"Bearer {token if token is not None else self.token}",
-                   "Content-Type": "application/json"}
+                   "Content-Type": "application/json", **(headers or {})}
         connector = aiohttp.TCPConnector(ssl=self.tls.client_context())
         async with aiohttp.ClientSession(connector=connector) as session, \
                 session.post(f"{self.url}/v1/reports", json=body if raw is None else None, data=raw,

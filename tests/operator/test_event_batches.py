@@ -1,5 +1,6 @@
-"""Events of verdict changes (issue 18): one on each pod that changes, and on its MCPServerInterface at
-most one per reason and window, the rest counted into one Event at the end of the window."""
+"""Events of verdict changes (issue 18): one on each pod that changes within a budget, and on its
+MCPServerInterface at most one per reason and window, the rest counted into one Event at the end of the
+window."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import copy
 from typing import Any
 
 import kmock
+import lockstep.operator.events as events_module
 import lockstep.operator.verdict_events as verdict_events_module
 import pytest
 from lockstep_testing.kmock_support import (
@@ -68,3 +70,29 @@ async def test_a_fleet_change_posts_one_event_per_pod_and_two_on_the_resource(
     assert (drift["reason"], drift["count"], drift["type"]) == ("InterfaceChanged", 8, "Warning"), drift
     for name in PODS:  # each pod's own history is complete
         await wait_for(lambda: events_of(kmock, "Pod", name) == ["Verified", "InterfaceChanged"])  # noqa: B023
+
+
+async def test_past_the_budget_a_fleet_rollout_costs_no_pod_events(
+        kmock: Emulator, tokens: TokenBook, tls_files: TlsFiles, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rollout changes every pod's verdict at once: the pods past the Event budget get no Event of
+    their own (one API request fewer per verdict change), and the resource's Event still counts and
+    names them."""
+    from lockstep_testing.kmock_support import operator_config, run_operator
+
+    monkeypatch.setattr(verdict_events_module, "RESOURCE_EVENT_WINDOW", 1.5)
+    monkeypatch.setattr(events_module, "POD_EVENT_BURST", 3)
+    monkeypatch.setattr(events_module, "POD_EVENT_RATE", 0.01)
+    async with run_operator(kmock, operator_config(tls_files)) as operator:
+        await create_objects(kmock, make_resource([{"tools": TOOLS}]), *(make_pod(name) for name in PODS))
+        cache = operator.operator.reconciler.cache  # type: ignore[union-attr]
+        await wait_for(lambda: all(cache.pod(NAMESPACE, name) for name in PODS))
+        sidecars = [Sidecar(f"https://127.0.0.1:{operator.report_port}",
+                            tokens.issue(NAMESPACE, name, f"uid-{name}"), tls_files) for name in PODS]
+        for sidecar in sidecars:
+            assert (await sidecar.post(_report(TOOLS)))[0] == 202
+        await wait_for(lambda: len(_resource_events(kmock)) == 2, timeout=10)
+        assert _resource_events(kmock)[1]["count"] == 7
+        pod_events = [request.data for request in kmock["post", kmock.resource("v1/events")]
+                      if request.data["involvedObject"]["kind"] == "Pod"]
+        assert [event["involvedObject"]["name"] for event in pod_events] == PODS[:3]
+        assert operator.operator.reconciler.events.skipped == 5  # type: ignore[union-attr]

@@ -47,8 +47,8 @@ class RecordingApi:
 
 
 class SilentEvents:
-    async def post(self, *args: Any) -> None:
-        return None
+    async def post(self, *args: Any, **kwargs: Any) -> bool:
+        return True
 
 
 def _report(document: dict[str, Any]) -> Observation:

@@ -1,6 +1,9 @@
-"""Two replicas with kopf peering: only the leader answers reports and writes conditions."""
+"""Two replicas with kopf peering: only the leader judges and writes conditions; a standby that knows
+where the leader is relays the reports it gets to it."""
 
 from __future__ import annotations
+
+import json
 
 import aiohttp
 import pytest
@@ -67,6 +70,50 @@ async def test_only_the_leader_serves_reports(kmock: Emulator, tokens: TokenBook
         status, answer = await sidecar_for(standby, tokens, tls_files, "p1").post(make_report())
         assert (status, answer["verdict"]["reason"]) == (202, "Verified")
         assert len(kmock["patch", kmock.resource("v1/pods"), kmock.subresource("status")]) == 1  # nothing flipped
+
+
+async def _peering(kmock: Emulator) -> None:
+    kmock.resources["kopf.dev/v1/clusterkopfpeerings"] = kmock.ResourceInfo(
+        kind="ClusterKopfPeering", singular="clusterkopfpeering", namespaced=False,
+        verbs={"get", "list", "watch", "create", "patch", "update", "delete"})
+    async with kmock.post("/apis/kopf.dev/v1/clusterkopfpeerings",
+                          json={"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering",
+                                "metadata": {"name": PEERING}}) as response:
+        assert response.status < 300
+
+
+async def test_a_standby_relays_reports_to_the_leader(kmock: Emulator, tokens: TokenBook, tls_files: TlsFiles) -> None:
+    """Before issue 18: a report that the Service sent to the standby was answered 503, and a new pod
+    waited for a retry that reached the leader (104 s behind eleven 503s once, on a real node)."""
+    await _peering(kmock)
+    await create_objects(kmock, make_resource([{"tools": TOOLS}]), make_pod("p1"))
+    common = {"peering_name": PEERING, "advertise_address": "127.0.0.1", "operator_ca_path": str(tls_files.cert)}
+    low = operator_config(tls_files, peering_priority=10, **common)
+    high = operator_config(tls_files, peering_priority=20, **common)
+    async with run_operator(kmock, low) as standby, run_operator(kmock, high) as leader:
+        standby_server = standby.operator.report_server
+        assert standby_server is not None and standby_server.leadership is not None
+        await wait_for(lambda: standby_server.leadership.leader_endpoint == f"127.0.0.1:{leader.report_port}",
+                       timeout=20)
+        annotations = kmock.objects["kopf.dev/v1/clusterkopfpeerings", None, PEERING]["metadata"]["annotations"]
+        assert annotations == {"report-endpoint.lockstep.dev/10": f"127.0.0.1:{standby.report_port}",
+                               "report-endpoint.lockstep.dev/20": f"127.0.0.1:{leader.report_port}"}
+        assert await _ready(standby, tls_files) == 200
+
+        sidecar = sidecar_for(standby, tokens, tls_files, "p1")
+        status, answer = await sidecar.post(make_report())
+        assert (status, answer["verdict"]["reason"]) == (202, "Verified")
+        await wait_for(lambda: verdict_of(kmock, "p1") == ("True", "Verified"))
+        # The leader judged and wrote it (the standby's watches are paused: it could not have).
+        assert standby_server.relay is not None and standby_server.relay.relayed == 1
+        assert leader.operator.reconciler.tracks  # type: ignore[union-attr]
+        assert not standby.operator.reconciler.tracks  # type: ignore[union-attr]
+        # Refusals come back as the leader gave them: a replay through the standby is still a replay.
+        status, answer = await sidecar.post(None, raw=json.dumps(sidecar.stamp(make_report()) | {"sequence": 1}).encode())
+        assert (status, answer["reason"]) == (409, "Replayed")
+        # A relayed report is never relayed again (two replicas that both think the other leads).
+        status, answer = await sidecar.post(make_report(), headers={"Lockstep-Relayed-For": "10.0.0.1"})
+        assert (status, answer["reason"]) == (503, "NotServing")
 
 
 def make_report() -> dict[str, object]:

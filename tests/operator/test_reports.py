@@ -148,6 +148,33 @@ async def test_a_replayed_verified_report_never_flips_a_drifted_pod_back(
     await wait_for(lambda: verdict_of(kmock, "p1") == ("True", "Verified"))
 
 
+async def test_a_replayed_report_is_refused_after_the_operator_restarts(
+        kmock: Emulator, tokens: TokenBook, tls_files: TlsFiles) -> None:
+    """Before issue 18: the last accepted freshness lived in the operator's memory only, so a captured
+    'verified' report re-sent after a restart (within the skew bound) flipped a drifted pod back to True.
+    Now the stamp of the report behind the verdict is written into the pod with the verdict."""
+    token = tokens.issue(NAMESPACE, "p1", "uid-p1")
+    async with run_operator(kmock, operator_config(tls_files)) as first:
+        await _scene(kmock, first)
+        sidecar = _sidecar(first, tls_files, token)
+        verified = json.dumps(sidecar.stamp(_report())).encode()
+        assert (await sidecar.post(None, raw=verified))[0] == 202
+        await wait_for(lambda: verdict_of(kmock, "p1") == ("True", "Verified"))
+        assert (await sidecar.post(_report(POISONED)))[0] == 202
+        await wait_for(lambda: verdict_of(kmock, "p1") == ("False", "InterfaceChanged"))
+    pod = kmock.objects["v1/pods", NAMESPACE, "p1"]
+    assert json.loads(pod["metadata"]["annotations"]["lockstep.dev/last-report"])["sequence"] == sidecar.sent
+    async with run_operator(kmock, operator_config(tls_files)) as restarted:
+        cache = restarted.operator.reconciler.cache  # type: ignore[union-attr]
+        await wait_for(lambda: cache.pod(NAMESPACE, "p1"))
+        status, answer = await _sidecar(restarted, tls_files, token).post(None, raw=verified)
+        assert (status, answer["reason"]) == (409, "Replayed")
+        assert verdict_of(kmock, "p1") == ("False", "InterfaceChanged")
+        # The same sidecar goes on counting: its next report is heard by the new operator.
+        sidecar.url = f"https://127.0.0.1:{restarted.report_port}"
+        assert (await sidecar.post(_report(POISONED)))[0] == 202
+
+
 async def test_reports_without_freshness_or_far_off_the_clock_are_refused(
         kmock: Emulator, tokens: TokenBook, operator: RunningOperator, tls_files: TlsFiles) -> None:
     await _scene(kmock, operator)

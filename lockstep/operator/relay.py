@@ -1,0 +1,65 @@
+"""A standby replica serves reports by relaying them to the leader.
+
+The report Service sends a report to any Ready replica. Only the leader judges (its watches are the
+live ones), so a standby passes the request on, as it came: the bearer token and the body, to the
+address the leader published in the peering object (lockstep.operator.peering), over HTTPS verified
+with the operator's CA for the Service's name. The leader authenticates the token itself; the
+relay adds the caller's address (RELAYED_FOR_HEADER), which the leader believes only from a live
+peer's address, for its per-address limit. A relayed report is never relayed again: a replica that
+gets one without leading answers 503, and the sidecar retries.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from urllib.parse import urlsplit
+
+import aiohttp
+from aiohttp import web
+
+__all__ = ["RELAYED_FOR_HEADER", "RelayFailed", "ReportRelay"]
+
+logger = logging.getLogger(__name__)
+
+RELAYED_FOR_HEADER = "Lockstep-Relayed-For"
+RELAY_TIMEOUT = aiohttp.ClientTimeout(total=15.0, connect=3.0)
+_PASSED_ON = ("Authorization", "Content-Type")
+
+
+class RelayFailed(Exception):
+    """The leader could not be reached: the report is answered 503 and the sidecar sends it again."""
+
+
+class ReportRelay:
+    def __init__(self, *, report_url: str, ca_path: str | None, tls: bool) -> None:
+        self._scheme = "https" if tls else "http"
+        #: The name on the operator's serving certificate: the report Service's, as the sidecars use it.
+        self._server_name = urlsplit(report_url).hostname if report_url else None
+        self._context: ssl.SSLContext | None = None
+        if tls:
+            self._context = ssl.create_default_context(cafile=ca_path) if ca_path else ssl.create_default_context()
+        self._session: aiohttp.ClientSession | None = None
+        self.relayed = 0
+
+    async def send(self, request: web.Request, body: bytes, endpoint: str) -> web.Response:
+        """Send the report to the leader at ``endpoint`` (``host:port``) and answer with its answer."""
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=RELAY_TIMEOUT,
+                                                  connector=aiohttp.TCPConnector(limit=64, ssl=self._context))
+        headers = {name: request.headers[name] for name in _PASSED_ON if name in request.headers}
+        headers[RELAYED_FOR_HEADER] = request.remote or "unknown"
+        try:
+            async with self._session.post(f"{self._scheme}://{endpoint}/v1/reports", data=body, headers=headers,
+                                          server_hostname=self._server_name if self._context else None) as answer:
+                content = await answer.read()
+                relayed = {name: answer.headers[name] for name in ("Content-Type", "Retry-After")
+                           if name in answer.headers}
+                self.relayed += 1
+                return web.Response(status=answer.status, body=content, headers=relayed)
+        except (aiohttp.ClientError, OSError, TimeoutError) as error:
+            raise RelayFailed(f"the leader at {endpoint} could not be reached: {error}") from None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
