@@ -348,4 +348,11 @@ parses these arguments with the operator's own click command.
   valueFrom:
     fieldRef:
       fieldPath: metadata.name
+{{- if .Values.operator.peering.enabled }}
+# Published in the peering object: a standby relays the reports it gets to the leader's address.
+- name: LOCKSTEP_POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+{{- end }}
 {{- end }}
