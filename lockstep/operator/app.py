@@ -100,11 +100,20 @@ class LockstepOperator:
         async def stop(**_: Any) -> None:
             await self.stop()
 
-        @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+        shard = self.config.shard  # --watch-label-selector: only the resources of this shard
+
+        @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry, labels=shard.kopf_labels() if shard else None)
         async def resource_event(event: kopf.RawEvent, **_: Any) -> None:
             if self.reconciler is not None:
                 with contextlib.suppress(ApiUnavailable):  # written again once the API is back
                     await self.reconciler.on_resource(str(event.get("type") or "ADDED"), event["object"])
+
+        if shard is not None:
+            @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry, when=shard.excludes)
+            async def resource_outside_shard(event: kopf.RawEvent, **_: Any) -> None:
+                if self.reconciler is not None:  # relabelled out of the shard: another release's now
+                    with contextlib.suppress(ApiUnavailable):
+                        await self.reconciler.leave_shard(event["object"])
 
         @kopf.on.event("", "v1", "pods", registry=registry)
         async def pod_event(event: kopf.RawEvent, **_: Any) -> None:

@@ -126,6 +126,20 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
                                    f"revision {short_digest(record.policy.approved[-1].aggregate)} approved: "
                                    f"{len(restored)} pods verified again")
 
+    async def leave_shard(self, body: Mapping[str, Any]) -> None:
+        """A resource relabelled out of this operator's --watch-label-selector: another release handles it
+        now. Forgotten as if deleted, but its pods are forgotten too, not failed closed: their conditions
+        are the other release's to write."""
+        metadata = body.get("metadata") or {}
+        key = (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
+        record = self.cache.resource(*key)
+        if record is None:
+            return
+        for pod in self.cache.selected_pods(*key):
+            self.tracks.pop(pod.key, None)
+            self.unwritten.discard(pod.key)
+        await self.on_resource("DELETED", body)
+
     def _put_resource(self, body: Mapping[str, Any]) -> tuple[ResourceRecord | None, ResourceRecord]:
         policy = Policy.from_resource(body)
         key = (policy.namespace, policy.name)
@@ -170,6 +184,8 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
         verdict would (a write of the previous leader can arrive after a hand-over): the pod gets
         staleAfter to report, then is ReportStale. With none or several, Lockstep would never have
         written True: it is set False at once."""
+        if self.config.watch_label_selector and not self.cache.selecting(pod):
+            return  # a pod of another shard's resources (lockstep.operator.shard): judged by its own release
         self.tracks[pod.key] = PodTrack(uid=pod.uid, received_at=time.monotonic(), written=condition_of(pod))
         if len(self.cache.selecting(pod)) == 1:
             logger.warning("Pod %s/%s carries %s=True that this operator did not write: it stands for staleAfter "

@@ -54,7 +54,8 @@ class Restore:
         """List the resources and pods once, and rebuild the last verdicts from the cluster."""
         namespaces: Iterable[str | None] = self.config.namespaces or [None]
         for namespace in namespaces:
-            for body in await self.client.list_all(self.client.resources_path(namespace)):
+            for body in await self.client.list_all(self.client.resources_path(namespace),
+                                                   label_selector=self.config.watch_label_selector or None):
                 self._put_resource(body)
             for body in await self.client.list_all(self.client.pods_path(namespace)):
                 self.cache.put_pod(PodRecord.from_body(body))
