@@ -18,6 +18,7 @@ from lockstep.core.ignore import IgnoreRules, parse_ignore_rules
 from lockstep.core.model import DEFAULT_LIMITS, Interface, Limits
 from lockstep.core.names import API_VERSION, KIND
 from lockstep.core.revision import Revision
+from lockstep.core.spec import DEFAULT_ENDPOINT
 
 __all__ = [
     "API_VERSION",
@@ -28,7 +29,6 @@ __all__ = [
     "load_pinned",
 ]
 
-DEFAULT_ENDPOINT = {"port": 8080, "path": "/mcp", "transport": "streamable-http"}
 
 
 @dataclass(frozen=True)

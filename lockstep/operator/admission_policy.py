@@ -32,6 +32,7 @@ from lockstep.operator.injection import (
 )
 
 from lockstep.core.enforcement import strictness as rank
+from lockstep.core.selection import is_stricter
 
 __all__ = ["AdmissionPolicy", "as_injected", "opted_out", "strictness", "update_violations", "violations", "weaker_than"]
 
@@ -166,5 +167,4 @@ def strictness(interface: Mapping[str, Any]) -> tuple[int, int]:
 def weaker_than(chosen: Mapping[str, Any], selecting: Sequence[Mapping[str, Any]]) -> list[str]:
     """The names of the label-selecting interfaces that are stricter, on some axis, than ``chosen``."""
     mine = strictness(chosen)
-    return sorted(str(other["metadata"]["name"]) for other in selecting
-                  if any(theirs > ours for theirs, ours in zip(strictness(other), mine)))
+    return sorted(str(other["metadata"]["name"]) for other in selecting if is_stricter(strictness(other), mine))

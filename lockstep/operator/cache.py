@@ -9,11 +9,11 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lockstep.operator.injection import selector_matches
 from lockstep.operator.judge import Policy
 
 from lockstep.core.conditions import CONDITION_TYPE
 from lockstep.core.names import INTERFACE_ANNOTATION
+from lockstep.core.selection import is_stricter, label_selection_applies, select, selector_matches
 
 __all__ = ["BINDING_ANNOTATION", "ClusterCache", "PodRecord", "ResourceRecord"]
 
@@ -167,17 +167,14 @@ class ClusterCache:
         for pair in pod.labels.items():
             names |= by_label.get(pair, set())
         bucket = self._resources.get(pod.namespace, {})
-        selected = [bucket[name] for name in sorted(names)
-                    if name in bucket and selector_matches(bucket[name].policy.selector, pod.labels)]
         bound = pod.annotations.get(BINDING_ANNOTATION)
-        if not bound:
-            return selected
-        record = self.resource(pod.namespace, bound)
-        if record is None:
-            return []
+        if bound:
+            names.add(bound)
         # The annotation may not choose a weaker interface than the pod's labels select (annotations can
         # change after admission): a stricter one that selects the pod makes it a conflict (fail closed).
-        return [record, *(other for other in selected if other is not record and _stricter(other, record))]
+        selection = select(pod.annotations, pod.labels, {name: bucket[name] for name in names if name in bucket},
+                           selector=_selector, strictness=_strictness)
+        return [bucket[name] for name in selection.selecting]
 
     def _label_selection_applies(self, pod: PodRecord, record: ResourceRecord | None) -> bool:
         """A pod bound by annotation is still selected by the labels of a stricter interface."""
@@ -185,7 +182,8 @@ class ClusterCache:
         if not bound:
             return True
         chosen = self.resource(pod.namespace, bound)
-        return record is not None and chosen is not None and chosen is not record and _stricter(record, chosen)
+        return record is not None and chosen is not record and label_selection_applies(
+            bound, _strictness(chosen) if chosen is not None else None, _strictness(record))
 
     def selected_pods(self, namespace: str, name: str, selector: Mapping[str, Any] | None = None) -> list[PodRecord]:
         """The pods of ``namespace`` that the resource selects (by its selector or their annotation);
@@ -206,8 +204,16 @@ class ClusterCache:
         return sorted(selected + bound, key=lambda pod: pod.name)
 
 
+def _selector(record: ResourceRecord) -> Mapping[str, Any]:
+    return record.policy.selector
+
+
+def _strictness(record: ResourceRecord) -> tuple[int, int]:
+    return record.policy.strictness
+
+
 def _stricter(record: ResourceRecord, than: ResourceRecord) -> bool:
-    return any(mine > theirs for mine, theirs in zip(record.policy.strictness, than.policy.strictness))
+    return is_stricter(_strictness(record), _strictness(than))
 
 
 def _discard(index: dict[Any, set[str]], key: Any, name: str) -> None:

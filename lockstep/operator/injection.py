@@ -19,12 +19,11 @@ application's containers and the pod's security context are never touched.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lockstep.core.capabilities import format_client_capabilities, parse_client_capabilities
+from lockstep.core.capabilities import format_client_capabilities
 from lockstep.core.conditions import CONDITION_TYPE
 from lockstep.core.names import (
     ENV_HEADERS_DIR,
@@ -50,6 +49,16 @@ from lockstep.core.names import (
     TOKEN_DIR,
     TOKEN_PATH,
 )
+from lockstep.core.selection import selector_matches
+from lockstep.core.spec import (
+    Binding,
+    BindingError,
+    parse_duration,
+    probe_interval,
+    probe_stale_after,
+    probe_timeout,
+    proxy_port,
+)
 
 __all__ = [
     "DEFAULT_SIDECAR_PORT",
@@ -57,6 +66,7 @@ __all__ = [
     "HEADERS_VOLUME",
     "INJECT_LABEL",
     "INTERFACE_ANNOTATION",
+    "PROXY_PORT_NAME",
     "READINESS_GATE",
     "SIDECAR_NAME",
     "TOKEN_AUDIENCE",
@@ -76,15 +86,15 @@ __all__ = [
     "selector_matches",
 ]
 
-# INJECT_LABEL, INTERFACE_ANNOTATION, SIDECAR_NAME, PROXY_PORT_NAME, TOKEN_AUDIENCE, TOKEN_DIR and
-# HEADERS_DIR are lockstep.core.names'; they stay importable from here.
+# Names (INJECT_LABEL, SIDECAR_NAME, TOKEN_DIR...) are lockstep.core.names', the spec's parsing (Binding,
+# parse_duration, proxy_port...) lockstep.core.spec's, selector_matches lockstep.core.selection's; all stay
+# importable from here.
 READINESS_GATE = CONDITION_TYPE  # the gate waits for the condition the operator writes
 TOKEN_VOLUME = "lockstep-token"
 HEADERS_VOLUME = "lockstep-headers"
 NO_API_TOKEN_VOLUME = "lockstep-no-api-token"
 API_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 DEFAULT_SIDECAR_PORT = 9090
-DEFAULT_PROXY_PORT = 8090
 NONROOT_ID = 65532  # the image's numeric user, so runAsNonRoot can verify it
 #: World-readable: without an fsGroup, or one runAsUser shared by every container, the kubelet writes
 #: projected and Secret volume files as root:root with this mode, and the sidecar runs as NONROOT_ID.
@@ -93,10 +103,6 @@ SIDECAR_FILE_MODE = 0o444
 MIN_TOKEN_EXPIRATION = 600  # the API server refuses projected tokens shorter than 10 minutes
 
 JSONPatchOp = dict[str, Any]
-
-
-class BindingError(ValueError):
-    """An MCPServerInterface whose endpoint or probe settings cannot be used."""
 
 
 @dataclass(frozen=True)
@@ -110,99 +116,6 @@ class SidecarSettings:
     token_expiration_seconds: int = 3600
     port: int = DEFAULT_SIDECAR_PORT
     image_pull_policy: str = "IfNotPresent"
-
-
-@dataclass(frozen=True)
-class Binding:
-    """The MCPServerInterface that applies to a pod, as far as the sidecar needs it.
-
-    ``interface`` is empty when none selects the pod: the sidecar then still runs
-    and reports, and the pod stays out of Services until one does (fail closed).
-    """
-
-    interface: str = ""
-    port: int | str = 8080  # a number, or the name of a container port
-    path: str = "/mcp"
-    transport: str = "streamable-http"
-    interval_seconds: float = 60.0
-    timeout_seconds: float = 10.0
-    headers_secret: str | None = None
-    #: Enforcement Quarantine: the sidecar also runs the in-line proxy on this port (``lockstep-mcp``).
-    proxy_port: int | None = None
-    #: ``spec.probe.clientCapabilities``: what the probe announces (None: the sidecar's default).
-    client_capabilities: tuple[str, ...] | None = None
-
-    @classmethod
-    def from_interface(cls, interface: Mapping[str, Any]) -> Binding:
-        """Read the endpoint and probe settings of an MCPServerInterface object."""
-        spec = interface.get("spec") or {}
-        endpoint = spec.get("endpoint") or {}
-        probe = spec.get("probe") or {}
-        transport = str(endpoint.get("transport", "streamable-http"))
-        if transport not in ("streamable-http", "sse"):
-            raise BindingError(f"unknown transport {transport!r}")
-        headers = endpoint.get("headersFrom") or {}
-        return cls(
-            interface=str((interface.get("metadata") or {}).get("name", "")),
-            port=endpoint.get("port", 8080),
-            path=str(endpoint.get("path", "/mcp")),
-            transport=transport,
-            interval_seconds=probe_interval(probe),
-            timeout_seconds=probe_timeout(probe),
-            headers_secret=headers.get("secretName") if isinstance(headers, Mapping) else None,
-            proxy_port=proxy_port(spec) if spec.get("enforcement") == "Quarantine" else None,
-            client_capabilities=probe_client_capabilities(probe),
-        )
-
-
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
-DEFAULT_INTERVAL = 60.0
-DEFAULT_TIMEOUT = 10.0
-DEFAULT_STALE_AFTER = 180.0
-STALE_INTERVALS = 3
-
-
-# The CRD defaults only `interval`: the API server applies defaults before CEL, so a fixed default
-# timeout of 10s would refuse `probe: {interval: 5s}`. The other two follow the interval here.
-def probe_interval(probe: Mapping[str, Any]) -> float:
-    return parse_duration(probe.get("interval", DEFAULT_INTERVAL))
-
-
-def probe_client_capabilities(probe: Mapping[str, Any]) -> tuple[str, ...] | None:
-    """``spec.probe.clientCapabilities`` (None when absent: the sidecar announces its default)."""
-    if "clientCapabilities" not in probe:
-        return None
-    try:
-        return parse_client_capabilities(probe["clientCapabilities"] or [])
-    except (TypeError, ValueError) as error:
-        raise BindingError(f"spec.probe.clientCapabilities: {error}") from None
-
-
-def probe_timeout(probe: Mapping[str, Any]) -> float:
-    """``spec.probe.timeout``, by default 10 s or the interval when that is shorter."""
-    if "timeout" in probe:
-        return parse_duration(probe["timeout"])
-    return min(DEFAULT_TIMEOUT, probe_interval(probe))
-
-
-def probe_stale_after(probe: Mapping[str, Any]) -> float:
-    """``spec.probe.staleAfter``, by default 180 s or three intervals when that is longer."""
-    if "staleAfter" in probe:
-        return parse_duration(probe["staleAfter"])
-    return max(DEFAULT_STALE_AFTER, STALE_INTERVALS * probe_interval(probe))
-
-
-def parse_duration(value: Any) -> float:
-    """Seconds in a Kubernetes-style duration (``90s``, ``1m30s``, ``250ms``) or a plain number."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    text = str(value).strip()
-    if not text or _DURATION.sub("", text):
-        raise BindingError(f"not a duration: {value!r}")
-    return sum(float(amount) * _UNIT_SECONDS[unit] for amount, unit in _DURATION.findall(text))
 
 
 def plan_injection(pod: Mapping[str, Any], settings: SidecarSettings, binding: Binding) -> list[JSONPatchOp]:
@@ -268,14 +181,6 @@ def _token_volume(settings: SidecarSettings) -> dict[str, Any]:
              "expirationSeconds": max(MIN_TOKEN_EXPIRATION, settings.token_expiration_seconds)}
     return {"name": TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": token}],
                                                 "defaultMode": SIDECAR_FILE_MODE}}
-
-
-def proxy_port(spec: Mapping[str, Any]) -> int:
-    """``spec.proxy.port`` of an MCPServerInterface (enforcement Quarantine), or its default."""
-    port = (spec.get("proxy") or {}).get("port", DEFAULT_PROXY_PORT)
-    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
-        raise BindingError(f"spec.proxy.port {port!r} is not a port number")
-    return port
 
 
 def _sidecar_container(spec: Mapping[str, Any], settings: SidecarSettings,
@@ -368,28 +273,6 @@ def _resolve_port(spec: Mapping[str, Any], port: int | str) -> int:
     if port not in named:
         raise BindingError(f"the pod declares no container port named {port!r}")
     return named[port]
-
-
-def selector_matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """Whether a Kubernetes label selector selects these labels; an empty or absent selector selects none."""
-    if not selector:
-        return False
-    if any(labels.get(key) != value for key, value in (selector.get("matchLabels") or {}).items()):
-        return False
-    return all(_expression_matches(expression, labels) for expression in selector.get("matchExpressions") or [])
-
-
-def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key, operator, values = expression.get("key", ""), expression.get("operator"), expression.get("values") or []
-    if operator == "In":
-        return labels.get(key) in values
-    if operator == "NotIn":
-        return labels.get(key) not in values
-    if operator == "Exists":
-        return key in labels
-    if operator == "DoesNotExist":
-        return key not in labels
-    return False
 
 
 def _free_port(spec: Mapping[str, Any], preferred: int, avoid: int, also: int | None = None) -> int:

@@ -11,14 +11,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from lockstep.operator.injection import (
-    DEFAULT_PROXY_PORT,
-    DEFAULT_STALE_AFTER,
-    BindingError,
-    probe_stale_after,
-    proxy_port,
-)
-
 from lockstep.core import Interface, InterfaceError, LockstepError
 from lockstep.core.conditions import CONDITION_TYPE, Reason
 from lockstep.core.enforcement import Approval, Enforcement, strictness
@@ -26,6 +18,7 @@ from lockstep.core.diff import UncomparableRevisionsError, closest_revision, dif
 from lockstep.core.digest import DIGEST_PREFIX
 from lockstep.core.report import Observation
 from lockstep.core.revision import Revision
+from lockstep.core.spec import DEFAULT_PROXY_PORT, DEFAULT_STALE_AFTER, BindingError, probe_stale_after, proxy_port
 
 __all__ = [
     "CONDITION_TYPE",

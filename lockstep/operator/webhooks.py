@@ -32,9 +32,9 @@ from kopf._cogs.clients import errors as kopf_errors
 from lockstep.operator.admission_policy import (
     AdmissionPolicy,
     opted_out,
+    strictness,
     update_violations,
     violations,
-    weaker_than,
 )
 from lockstep.operator.events import build_event
 from lockstep.operator.injection import (
@@ -44,10 +44,10 @@ from lockstep.operator.injection import (
     plan_injection,
     planned_sidecar,
     planned_token_volume,
-    selector_matches,
 )
 
 from lockstep.core.names import GROUP, INJECT_LABEL, INTERFACE_ANNOTATION, PLURAL, VERSION
+from lockstep.core.selection import select
 
 __all__ = ["InterfaceLookup", "KopfApiLookup", "Resolution", "register_webhooks", "resolve_binding"]
 
@@ -141,23 +141,20 @@ class Resolution:
 def resolve_binding(pod: Mapping[str, Any], interfaces: Sequence[Mapping[str, Any]]) -> Resolution:
     """Pick the MCPServerInterface that applies to ``pod``: its annotation first, then selectors."""
     metadata = pod.get("metadata") or {}
-    named = (metadata.get("annotations") or {}).get(INTERFACE_ANNOTATION)
     by_name = {str(item["metadata"]["name"]): item for item in interfaces}
+    selection = select(metadata.get("annotations") or {}, metadata.get("labels") or {}, by_name,
+                       selector=lambda item: (item.get("spec") or {}).get("selector"), strictness=strictness)
+    named = selection.named
     if named:
-        if named not in by_name:
+        if selection.chosen is None:
             return Resolution(Binding(), f"its annotation {INTERFACE_ANNOTATION} names {named!r}, "
                                          f"which does not exist in this namespace", "InterfaceNotFound")
-        labels = metadata.get("labels") or {}
-        stricter = weaker_than(by_name[named], [item for item in by_name.values()
-                                                if selector_matches((item.get("spec") or {}).get("selector"), labels)])
-        if stricter:
+        if selection.stricter:
             return Resolution(Binding(interface=named), f"its annotation {INTERFACE_ANNOTATION} names {named!r}, "
-                              f"which is less strict than {', '.join(stricter)} that its labels select (an "
-                              "annotation may not choose a weaker interface)", "InterfaceWeaker")
-        return _bind(by_name[named])
-    labels = metadata.get("labels") or {}
-    selecting = sorted(name for name, item in by_name.items()
-                       if selector_matches((item.get("spec") or {}).get("selector"), labels))
+                              f"which is less strict than {', '.join(selection.stricter)} that its labels select "
+                              "(an annotation may not choose a weaker interface)", "InterfaceWeaker")
+        return _bind(selection.chosen)
+    selecting = selection.by_labels
     if not selecting:
         return Resolution(Binding(), "no MCPServerInterface selects it", "InterfaceNotFound")
     resolution = _bind(by_name[selecting[0]])
