@@ -32,7 +32,13 @@ from lockstep_testing.kubelet import Kubelet
 from lockstep_testing.lockstep_install import api_path, apply
 from lockstep_testing.loopback import McpServerHandle
 from lockstep_testing.mcp_servers import MutableServer
-from lockstep_testing.operator_process import FIGURES, ProcessInstallation, ReportRelay, install_lockstep_processes
+from lockstep_testing.operator_process import (
+    FIGURES,
+    OperatorProcess,
+    ProcessInstallation,
+    ReportRelay,
+    install_lockstep_processes,
+)
 
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -318,21 +324,44 @@ async def test_an_api_outage_of_three_minutes(rig: Rig) -> None:
     await rig.put_back()
 
 
-async def test_the_leader_replica_killed_during_a_rug_pull(rig: Rig) -> None:
-    """Two replicas with peering behind the Service stand-in; the leader is SIGKILLed (no goodbye in the
-    peering object) one second before the rug pull: the standby takes over and cuts the pod."""
-    old = rig.operator
-    await asyncio.to_thread(old.stop)
+async def _two_replicas(rig: Rig) -> tuple[OperatorProcess, OperatorProcess]:
+    """Two replicas with peering behind the Service stand-in: (leader, standby), the standby relaying."""
+    for old in rig.install.processes:
+        await asyncio.to_thread(old.stop)
     rig.install.processes.clear()
     rig.install.peering = True
     first = rig.install.start_replica(webhooks=True)
     second = rig.install.start_replica()
     rig.relay.backends[:] = [first, second]
-    await asyncio.to_thread(_wait, lambda: first.ready() != second.ready(), 60, "one leader")
-    leader = first if first.ready() else second
-    await asyncio.sleep(3)  # the sidecars' next reports reach the leader
+    await asyncio.to_thread(_wait, lambda: first.leads() != second.leads(), 60, "one leader")
+    await asyncio.to_thread(_wait, lambda: first.ready() and second.ready(), 30, "the standby relaying")
+    await asyncio.sleep(3)  # the sidecars' next reports reach both
+    return (first, second) if first.leads() else (second, first)
+
+
+async def test_the_standby_replica_killed_during_a_rug_pull(rig: Rig) -> None:
+    """Reports reach the standby too (it relays them to the leader); SIGKILLed, it leaves the Service's
+    endpoints and its share of reports goes to the leader: nothing flaps, the drifted pod is cut."""
+    _, standby = await _two_replicas(rig)
+    assert await asyncio.to_thread(_relayed, standby) > 0  # the Service sent it reports, and it relayed them
+    await run_fault(rig, "standby replica SIGKILLed, rug pull 1 s later", "relayed by the standby until it dies",
+                    _later(standby.kill), _later(lambda: None), hold=1)
+
+
+async def test_the_leader_replica_killed_during_a_rug_pull(rig: Rig) -> None:
+    """The leader is SIGKILLed (no goodbye in the peering object) one second before the rug pull: the
+    standby relays to nobody until the peering entry expires, then leads and cuts the pod."""
+    leader, _ = await _two_replicas(rig)
     await run_fault(rig, "leader replica SIGKILLed, rug pull 1 s later", "unchanged; reports 503 until the standby leads",
                     _later(leader.kill), _later(lambda: None), hold=1, within=PEERING_LIFETIME + 15)
+
+
+def _relayed(process: OperatorProcess) -> float:
+    """The reports the replica relayed to the leader, from its metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{process.metrics_port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith('lockstep_report_duration_seconds_count{outcome="relayed"}'))
 
 
 def _wait(condition: Callable[[], Any], timeout: float, what: str) -> None:

@@ -79,8 +79,12 @@ class OperatorProcess:
     def text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
+    def leads(self) -> bool:
+        """Whether this replica has said that it leads (kopf peering)."""
+        return "This replica now leads" in self.text()
+
     def ready(self, timeout: float = 1.0) -> bool:
-        """Its report endpoint's /readyz: synced and leading (what the Service's endpoints follow)."""
+        """Its report endpoint's /readyz: synced, and leading or relaying to the leader."""
         context = ssl.create_default_context(cafile=str(self.ca_file))
         try:
             with urllib.request.urlopen(f"https://127.0.0.1:{self.report_port}/readyz", timeout=timeout,
@@ -118,8 +122,7 @@ class ProcessInstallation:
     def start_replica(self, *, webhooks: bool = False) -> OperatorProcess:
         """One more ``lockstep operator`` process (its own ports; the webhooks on the first only)."""
         report, metrics, health = free_port(), free_port(), free_port()
-        index = len(self.processes)
-        log = self.folder / f"operator-{index}.log"
+        log = self.folder / f"operator-{len(list(self.folder.glob('operator-*.log')))}.log"  # one per process
         argv = [sys.executable, "-m", "lockstep.cli", "operator",
                 "--report-port", str(report), "--metrics-port", str(metrics), "--health-port", str(health),
                 "--webhook-port", str(self.webhook_port if webhooks else 0),
@@ -127,8 +130,8 @@ class ProcessInstallation:
                 "--rate-per-pod", "50", "--rate-burst", "50", "--sidecar-image", SIDECAR_IMAGE,
                 "--report-url", f"https://127.0.0.1:{self.relay_port}", "--operator-ca", str(self.ca_file),
                 "--token-expiration", "900", "--own-namespace", SYSTEM_NAMESPACE]
-        if self.peering:
-            argv += ["--peering", RELEASE]
+        if self.peering:  # and the address a standby relays reports to (the chart passes the pod IP)
+            argv += ["--peering", RELEASE, "--advertise-address", "127.0.0.1"]
         env = {key: value for key, value in os.environ.items() if not key.startswith("LOCKSTEP_")}
         env.update(KUBECONFIG=str(self.kubeconfig), PYTHONUNBUFFERED="1")
         with log.open("ab") as out:
@@ -221,8 +224,8 @@ class ReportRelay:
 
     def _pick(self) -> OperatorProcess | None:
         """Round robin over the replicas that run, as the chart's Service does (it keeps every replica
-        Ready on kopf's /healthz, so a standby gets its share and answers 503; the sidecar retries on a
-        new connection). A killed replica leaves the endpoints at once (its container is gone)."""
+        Ready on kopf's /healthz, so a standby gets its share and relays it to the leader). A killed
+        replica leaves the endpoints at once (its container is gone)."""
         alive = [backend for backend in self.backends if backend.popen.poll() is None]
         if not alive:
             return None
