@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lockstep.core.gate import ComponentGate, GateReason, Verdict
+from lockstep.core.mcp_methods import CALL_METHODS, INTERFACE_METHODS, LIST_METHOD_OF, LIST_METHODS, OPENING_METHODS
 from lockstep.core.model import ComponentKind
 
 __all__ = [
@@ -42,25 +43,9 @@ __all__ = [
     "principal_of",
 ]
 
-#: Methods whose result bears interface, and the list each must hold (None: instructions).
-INTERFACE_METHODS: dict[str, str | None] = {
-    "initialize": None,
-    "server/discover": None,
-    "tools/list": "tools",
-    "prompts/list": "prompts",
-    "resources/list": "resources",
-    "resources/templates/list": "resourceTemplates",
-}
-#: Methods that use one component, and the parameter that names it.
-CALL_METHODS: dict[str, tuple[ComponentKind, str]] = {
-    "tools/call": (ComponentKind.TOOL, "name"),
-    "prompts/get": (ComponentKind.PROMPT, "name"),
-    "resources/read": (ComponentKind.RESOURCE, "uri"),
-}
-#: The opening of a session (2025) or a connection (2026): their results carry the instructions.
-_OPENING_METHODS = frozenset(method for method, list_key in INTERFACE_METHODS.items() if list_key is None)
-_LIST_KINDS = {kind.list_key: kind for kind in
-               (ComponentKind.TOOL, ComponentKind.PROMPT, ComponentKind.RESOURCE, ComponentKind.RESOURCE_TEMPLATE)}
+# INTERFACE_METHODS and CALL_METHODS are lockstep.core.mcp_methods' (importable from here too).
+_OPENING_METHODS = frozenset(OPENING_METHODS)
+_LIST_KINDS = {method.list_key: method.kind for method in LIST_METHODS}
 #: JSON-RPC error for a call to a withheld component: the MCP spec's code for an unknown tool.
 UNKNOWN_COMPONENT_CODE = -32602
 #: JSON-RPC error (implementation-defined range) for a response refused in ``block`` mode.
@@ -261,5 +246,5 @@ def _error(request_id: Any, code: int, message: str, verdicts: list[Verdict]) ->
 def _shape_method(result: dict[str, Any]) -> str:
     for list_key in _LIST_KINDS:
         if isinstance(result.get(list_key), list):
-            return {"resourceTemplates": "resources/templates/list"}.get(list_key, f"{list_key}/list")
+            return LIST_METHOD_OF[list_key]
     return "server/discover"

@@ -23,7 +23,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
 from lockstep.core.errors import InterfaceError
-from lockstep.core.model import Interface, Limits, check_json_value
+from lockstep.core.mcp_methods import LIST_METHODS
+from lockstep.core.model import ComponentKind, Interface, Limits, check_json_value
 from lockstep.reader._errors import (
     CursorLoopError,
     MalformedResponseError,
@@ -84,18 +85,15 @@ class _ListMethod:
     optional: bool = False  # a server may announce the capability without serving the method
 
 
-_LIST_METHODS = (
-    _ListMethod("tools/list", "tools", "tools", types.ListToolsRequest),
-    _ListMethod("prompts/list", "prompts", "prompts", types.ListPromptsRequest),
-    _ListMethod("resources/list", "resources", "resources", types.ListResourcesRequest),
-    _ListMethod(
-        "resources/templates/list",
-        "resourceTemplates",
-        "resources",
-        types.ListResourceTemplatesRequest,
-        optional=True,
-    ),
-)
+#: The SDK's request model of each list method (the methods are lockstep.core.mcp_methods').
+_LIST_REQUESTS: dict[ComponentKind, Callable[..., Any]] = {
+    ComponentKind.TOOL: types.ListToolsRequest,
+    ComponentKind.PROMPT: types.ListPromptsRequest,
+    ComponentKind.RESOURCE: types.ListResourcesRequest,
+    ComponentKind.RESOURCE_TEMPLATE: types.ListResourceTemplatesRequest,
+}
+_LIST_METHODS = tuple(_ListMethod(method.method, method.list_key, method.capability, _LIST_REQUESTS[method.kind],
+                                  optional=method.optional) for method in LIST_METHODS)
 _LIST_CHANGED_KINDS: tuple[tuple[type[Any], str], ...] = (
     (types.ToolListChangedNotification, "tools"),
     (types.PromptListChangedNotification, "prompts"),
