@@ -22,18 +22,16 @@ from lockstep.operator.freshness import OperatorClock
 from lockstep.operator.kube import GROUP, PLURAL, VERSION, api_counts
 from lockstep.operator.metrics import Metrics
 from lockstep.operator.outage import PROBE_INTERVAL, ApiOutage, ApiUnavailable, EndlessBackoffs, TrackedKubeClient
-from lockstep.operator.peering import Leadership
+from lockstep.operator.peering import HEARTBEAT, LIFETIME, Membership
 from lockstep.operator.reconciler import Reconciler
 from lockstep.operator.reports import ReportServer, TokenReviewer
 
 __all__ = ["LockstepOperator"]
 
 logger = logging.getLogger(__name__)
-LEADERSHIP_INTERVAL = 5.0
-#: Seconds a replica's peering entry stays valid without a renewal (kopf renews it 5-10 s before): a
-#: killed leader is replaced this long after its last renewal (kopf's default of 60 s kept every report
-#: answered 503 by the standby for a minute).
-PEERING_LIFETIME = 20
+#: Seconds a replica's peering entry stays valid without a renewal: a killed replica's resources move
+#: this long after its last renewal (lockstep.operator.peering).
+PEERING_LIFETIME = LIFETIME
 
 
 class LockstepOperator:
@@ -46,6 +44,7 @@ class LockstepOperator:
             else random.randint(1, 1_000_000)
         self.registry = kopf.OperatorRegistry()
         self.reconciler: Reconciler | None = None
+        self.membership: Membership | None = None
         self.report_server: ReportServer | None = None
         self.metrics_port: int | None = None
         self._client: TrackedKubeClient | None = None
@@ -59,12 +58,9 @@ class LockstepOperator:
     def settings(self) -> kopf.OperatorSettings:
         settings = kopf.OperatorSettings()
         settings.posting.enabled = False  # Lockstep posts its own Events, on transitions only
-        settings.peering.standalone = self.config.peering_name is None
-        if self.config.peering_name:
-            settings.peering.name = self.config.peering_name
-            settings.peering.priority = self.priority
-            settings.peering.mandatory = True
-            settings.peering.lifetime = PEERING_LIFETIME
+        # Every replica watches and serves: kopf's peering would pause all but one. The replicas share
+        # the work by resource through Lockstep's own entries in the peering object (lockstep.operator.peering).
+        settings.peering.standalone = True
         settings.watching.server_timeout = 300
         # Whatever the length of an API outage, the watches come back on their own: kopf's default
         # retries end after about 90 s, and a watch whose retries ended stays dead (docs/operator.md).
@@ -79,8 +75,7 @@ class LockstepOperator:
         namespaces = list(self.config.namespaces)
         await kopf.operator(
             registry=self.registry, settings=self.settings(),
-            standalone=self.config.peering_name is None, peering_name=self.config.peering_name,
-            priority=self.priority, clusterwide=not namespaces, namespaces=namespaces,
+            standalone=True, clusterwide=not namespaces, namespaces=namespaces,
             liveness_endpoint=f"http://0.0.0.0:{self.config.health_port}/healthz" if self.config.health_port else None,
             stop_flag=stop_flag, ready_flag=ready_flag,
         )
@@ -142,24 +137,29 @@ class LockstepOperator:
             raise kopf.PermanentError("no Kubernetes credentials (neither in-cluster nor a kubeconfig)")
         self._client = client = TrackedKubeClient(info, self.outage)
         namespace = self.config.namespaces[0] if self.config.namespaces else None
-        leadership = Leadership(client, self.config.peering_name, self.priority, namespace)
-        await leadership.refresh()
-        self.reconciler = reconciler = Reconciler(self.config, client, self.metrics, EventPoster(client), leadership,
-                                                  clock=self.clock)
+        self.membership = membership = Membership(client, self.config.peering_name, self.priority, namespace)
+        await membership.refresh()
+        self.reconciler = reconciler = Reconciler(self.config, client, self.metrics, EventPoster(client),
+                                                  membership.owns, clock=self.clock)
         await reconciler.resync()
         self.report_server = ReportServer(
             self.config, reconciler, TokenReviewer(client, self.config.token_cache_seconds, outage=self.outage),
-            self.metrics, self.outage)
+            self.metrics, self.outage, membership=membership if self.config.peering_name else None)
         await self.report_server.start()
+        if self.config.advertise_address and self.config.peering_name:
+            host = self.config.advertise_address
+            membership.endpoint = f"[{host}]:{self.report_server.port}" if ":" in host else \
+                f"{host}:{self.report_server.port}"
+            await membership.refresh()  # published now: the others relay to it from their next refresh
         await self._start_metrics()
         self._tasks = [
             asyncio.create_task(self.clock.run()),
-            asyncio.create_task(_every(self.config.stale_check_interval, reconciler.check_stale, leadership)),
-            asyncio.create_task(_every(self.config.status_flush_interval, self._flush, leadership)),
+            asyncio.create_task(_every(self.config.stale_check_interval, reconciler.check_stale)),
+            asyncio.create_task(_every(self.config.status_flush_interval, self._flush)),
             asyncio.create_task(self._follow_outages(client, reconciler)),
         ]
         if self.config.peering_name:
-            self._tasks.append(asyncio.create_task(self._follow_leadership(leadership, reconciler)))
+            self._tasks.append(asyncio.create_task(self._follow_membership(membership, reconciler)))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -167,6 +167,8 @@ class LockstepOperator:
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.membership is not None:
+            await self.membership.leave()  # the others take this replica's resources at their next heartbeat
         if self.reconciler is not None:
             with contextlib.suppress(Exception):
                 await self.reconciler.flush_status(final=True)
@@ -212,21 +214,19 @@ class LockstepOperator:
                 await asyncio.sleep(PROBE_INTERVAL)
                 await client.probe(client.pods_path(namespace))
             with contextlib.suppress(ApiUnavailable):
-                if reconciler.is_leader():
-                    await reconciler.retry_unwritten()
+                await reconciler.retry_unwritten()
 
-    async def _follow_leadership(self, leadership: Leadership, reconciler: Reconciler) -> None:
+    async def _follow_membership(self, membership: Membership, reconciler: Reconciler) -> None:
+        """Renew this replica's entry; when replicas came or went, hand over and take up resources."""
         while True:
-            await asyncio.sleep(LEADERSHIP_INTERVAL)
-            if await leadership.refresh():
-                await reconciler.resync()  # what the other replica wrote while this one stood by
+            await asyncio.sleep(HEARTBEAT)
+            if await membership.refresh():
+                await reconciler.rebalance()
 
 
-async def _every(interval: float, job: Callable[[], Awaitable[None]], leadership: Leadership) -> None:
+async def _every(interval: float, job: Callable[[], Awaitable[None]]) -> None:
     while True:
         await asyncio.sleep(interval)
-        if not leadership():
-            continue
         try:
             await job()
         except ApiUnavailable:

@@ -69,7 +69,11 @@ def _label_selector(ctx: click.Context, param: click.Parameter, value: str | Non
               show_default=True, envvar="LOCKSTEP_OBSERVED_CONFIGMAP_SIZE_LIMIT",
               help="Largest definitions (bytes of JSON) kept in such a ConfigMap.")
 @click.option("--peering", "peering_name", envvar="LOCKSTEP_PEERING",
-              help="kopf peering name; set it when running two or more replicas.")
+              help="Name of the peering object the replicas share work through; set it when running two or "
+                   "more replicas.")
+@click.option("--advertise-address", default="", envvar="LOCKSTEP_POD_IP",
+              help="This replica's address for the other replicas (the pod IP), published in the peering "
+                   "object: the others relay to it the reports for the resources it owns.")
 @click.option("--sidecar-image", default="ghcr.io/lockstep-dev/lockstep:latest", show_default=True,
               envvar="LOCKSTEP_SIDECAR_IMAGE", help="Image of the injected sidecar.")
 @click.option("--sidecar-resources", callback=_json_object, envvar="LOCKSTEP_SIDECAR_RESOURCES",
@@ -97,7 +101,8 @@ def operator_command(namespaces: Sequence[str], watch_label_selector: str, repor
                      tls_cert: str | None, tls_key: str | None,
                      metrics_port: int, health_port: int, webhook_port: int, body_limit: int,
                      rate_per_pod: float, rate_burst: int, observed_configmap_limit: int,
-                     observed_configmap_size_limit: int, peering_name: str | None, sidecar_image: str,
+                     observed_configmap_size_limit: int, peering_name: str | None, advertise_address: str,
+                     sidecar_image: str,
                      sidecar_resources: dict[str, Any], report_url: str, operator_ca_path: str | None,
                      token_expiration_seconds: int, own_namespace: str, source_rate: float, source_burst: int,
                      max_clock_skew: float, allow_opt_out: Sequence[str], verbose: bool) -> None:
@@ -122,7 +127,7 @@ def operator_command(namespaces: Sequence[str], watch_label_selector: str, repor
         webhook_port=webhook_port, body_limit=body_limit, rate_per_pod=rate_per_pod, rate_burst=rate_burst,
         observed_configmap_limit=observed_configmap_limit,
         observed_configmap_size_limit=observed_configmap_size_limit,
-        peering_name=peering_name, sidecar_image=sidecar_image, sidecar_resources=sidecar_resources,
+        peering_name=peering_name, advertise_address=advertise_address, sidecar_image=sidecar_image, sidecar_resources=sidecar_resources,
         report_url=report_url, operator_ca_path=operator_ca_path,
         token_expiration_seconds=token_expiration_seconds, own_namespace=own_namespace,
         allow_opt_out=tuple(name for entry in allow_opt_out for name in entry.split()),

@@ -53,10 +53,14 @@ class OperatorConfig:
     #: revision loses its map first), each at most this large (a ConfigMap holds at most 1 MiB).
     observed_configmap_limit: int = 5
     observed_configmap_size_limit: int = 900 * 1024
-    #: kopf peering: None is standalone (one replica); a name turns peering on for two or more.
+    #: The peering object the replicas share work through (lockstep.operator.peering): None is one replica.
     peering_name: str | None = None
     #: Priority of this replica in peering; None picks a random one so that two replicas never tie.
     peering_priority: int | None = None
+    #: This replica's address as the other replicas reach it (the pod IP), published in the peering
+    #: object: the others relay to it the reports for the resources it owns. Empty: not published (a
+    #: report for a resource it owns reaching another replica is answered 503, and sent again).
+    advertise_address: str = ""
     #: For the mutating webhook (lockstep.operator.webhooks).
     sidecar_image: str = "ghcr.io/lockstep-dev/lockstep:latest"
     sidecar_resources: dict[str, Any] = field(default_factory=dict)

@@ -1,37 +1,52 @@
-"""Leadership among replicas, read from kopf's peering object.
+"""The replicas of one release, and which of them owns each MCPServerInterface.
 
-kopf pauses the watches of every replica but the one with the highest priority (each replica
-draws a random priority, so two never tie). The stale timer and the status writer are not watches,
-so they ask :class:`Leadership` too, and only the leader judges and writes: two replicas never write
-one pod's condition.
+Every replica watches everything and serves reports; each MCPServerInterface, with the pods it
+selects, is owned by exactly one live replica, chosen by rendezvous hashing of the resource's
+namespace/name over the live replicas' priorities (each replica draws a random one). The owner judges
+those pods, writes their conditions, the resource's status and Events, and runs their stale check; a
+replica that gets a report for a pod it does not own relays it to the owner (lockstep.operator.relay).
+When a replica joins or goes, only the resources whose owner changed move, and the new owner rebuilds
+their verdicts from the cluster, as at a start.
 
-Each replica publishes where its report endpoint is (``LOCKSTEP_POD_IP``) in an annotation of the
-peering object, one key per priority (``report-endpoint.lockstep.dev/<priority>``: a merge patch of
-one key never loses another replica's). A standby relays the reports it receives to the leader's
-address (lockstep.operator.relay), so a report is served whichever replica the Service picks.
+Membership lives in the peering object of the chart (ClusterKopfPeering, or KopfPeering per namespace),
+in kopf's own format: each replica writes its entry ``status.replica-<priority>`` = {priority,
+lastseen, lifetime, endpoint} every HEARTBEAT seconds (a merge patch of one key never loses another
+replica's); an entry older than its lifetime is a replica that is gone, and is removed by the next
+replica that sees it. kopf itself runs standalone: it would pause the watches of all but one replica.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lockstep.operator.kube import KubeApiError, KubeClient
 
-__all__ = ["ENDPOINT_ANNOTATION_PREFIX", "Leadership", "leads", "live_priorities"]
+__all__ = ["HEARTBEAT", "LIFETIME", "Member", "Membership", "live_members", "owner"]
 
 logger = logging.getLogger(__name__)
 
+#: How often a replica renews its entry, and how long an entry stands without renewal: a killed
+#: replica's resources move this long after its last renewal.
+HEARTBEAT = 5.0
+LIFETIME = 20
+ENTRY_PREFIX = "replica-"
 
-ENDPOINT_ANNOTATION_PREFIX = "report-endpoint.lockstep.dev/"
+
+@dataclass(frozen=True)
+class Member:
+    priority: int
+    endpoint: str  # host:port of its report endpoint ("" when it publishes none)
 
 
-def live_priorities(peering_status: Mapping[str, Any], now: datetime | None = None) -> list[int]:
-    """The priorities of the peers whose entry has not expired."""
+def live_members(peering_status: Mapping[str, Any], now: datetime | None = None) -> list[Member]:
+    """The replicas whose entry has not expired (malformed entries are skipped)."""
     now = now or datetime.now(UTC)
-    live = []
+    members = []
     for info in peering_status.values():
         if not isinstance(info, Mapping):
             continue
@@ -42,18 +57,16 @@ def live_priorities(peering_status: Mapping[str, Any], now: datetime | None = No
         except (TypeError, ValueError):
             continue
         if (seen if seen.tzinfo else seen.replace(tzinfo=UTC)) + lifetime > now:
-            live.append(priority)
-    return live
+            endpoint = info.get("endpoint")
+            members.append(Member(priority, endpoint if isinstance(endpoint, str) else ""))
+    return sorted(members, key=lambda member: member.priority)
 
 
-def published_endpoints(annotations: Mapping[str, Any]) -> dict[int, str]:
-    """The report endpoints the replicas published, by priority."""
-    endpoints = {}
-    for key, value in annotations.items():
-        suffix = str(key)[len(ENDPOINT_ANNOTATION_PREFIX):] if str(key).startswith(ENDPOINT_ANNOTATION_PREFIX) else ""
-        if suffix.isdigit() and isinstance(value, str) and value:
-            endpoints[int(suffix)] = value
-    return endpoints
+def owner(key: str, priorities: list[int]) -> int | None:
+    """The priority of the replica that owns ``key`` (rendezvous hashing: a replica that joins or
+    goes moves only the keys it wins or held)."""
+    return max(priorities, key=lambda priority: hashlib.sha256(f"{priority}/{key}".encode()).digest(),
+               default=None)
 
 
 def endpoint_host(endpoint: str) -> str:
@@ -62,32 +75,19 @@ def endpoint_host(endpoint: str) -> str:
     return host[1:-1] if host.startswith("[") and host.endswith("]") else host
 
 
-def leads(peering_status: Mapping[str, Any], priority: int, now: datetime | None = None) -> bool:
-    """Whether a replica with ``priority`` leads: no other live peer has a priority as high
-    (one peer with the same priority is this replica itself)."""
-    live = live_priorities(peering_status, now)
-    return all(peer <= priority for peer in live) and live.count(priority) <= 1
-
-
-class Leadership:
-    """Standalone (no peering name): always the leader. Otherwise, refreshed by :meth:`refresh`."""
+class Membership:
+    """Standalone (no peering name): the only replica, owning everything. Otherwise refreshed by
+    :meth:`refresh`, which also renews this replica's entry."""
 
     def __init__(self, client: KubeClient | None, peering_name: str | None, priority: int,
-                 namespace: str | None, endpoint: str | None = None) -> None:
+                 namespace: str | None, endpoint: str = "") -> None:
         self._client = client
         self._name = peering_name
-        self._priority = priority
+        self.priority = priority
         self._namespace = namespace
-        self._leader = peering_name is None
-        #: This replica's report endpoint (``host:port``), published for the others; None: not published.
+        #: This replica's report endpoint (``host:port``), published for the others.
         self.endpoint = endpoint
-        #: The leader's published endpoint while this replica stands by (None: leading, or not published).
-        self.leader_endpoint: str | None = None
-        #: The addresses of the other live replicas (a report they relay names its sender's address).
-        self.peer_hosts: frozenset[str] = frozenset()
-
-    def __call__(self) -> bool:
-        return self._leader
+        self.members: list[Member] = [Member(priority, endpoint)]
 
     @property
     def path(self) -> str:
@@ -95,40 +95,57 @@ class Leadership:
             return f"/apis/kopf.dev/v1/namespaces/{self._namespace}/kopfpeerings/{self._name}"
         return f"/apis/kopf.dev/v1/clusterkopfpeerings/{self._name}"
 
+    @property
+    def peer_hosts(self) -> frozenset[str]:
+        """The addresses of the other live replicas (a report they relay names its sender's address)."""
+        return frozenset(endpoint_host(member.endpoint) for member in self.members
+                         if member.priority != self.priority and member.endpoint)
+
+    def owns(self, key: str) -> bool:
+        return owner(key, [member.priority for member in self.members]) == self.priority
+
+    def owner_endpoint(self, key: str) -> str | None:
+        """Where the owner of ``key`` takes reports (None: this replica owns it, or the owner publishes none)."""
+        chosen = owner(key, [member.priority for member in self.members])
+        if chosen is None or chosen == self.priority:
+            return None
+        return next((member.endpoint or None for member in self.members if member.priority == chosen), None)
+
     async def refresh(self) -> bool:
-        """Read the peering object; returns True when leadership was just gained."""
+        """Renew this replica's entry and read the others'; returns whether the live replicas changed."""
         if self._name is None or self._client is None:
             return False
+        now = datetime.now(UTC)
+        mine = {"priority": self.priority, "lifetime": LIFETIME, "endpoint": self.endpoint,
+                "lastseen": now.isoformat()}
         try:
-            body = await self._client.get(self.path)
+            body = await self._client.merge_patch(self.path, {"status": {f"{ENTRY_PREFIX}{self.priority}": mine}})
         except (KubeApiError, OSError) as error:
-            logger.warning("Cannot read the peering object %s: %s", self.path, error)
+            logger.warning("Cannot renew this replica's entry in %s: %s", self.path, error)
             return False
-        was = self._leader
         status = body.get("status") or {}
-        self._leader = leads(status, self._priority)
-        await self._follow_endpoints(status, (body.get("metadata") or {}).get("annotations") or {})
-        if was != self._leader:
-            logger.info("This replica %s.", "now leads" if self._leader else "stands by")
-        return self._leader and not was
-
-    async def _follow_endpoints(self, status: Mapping[str, Any], annotations: Mapping[str, Any]) -> None:
-        """Learn the leader's and the peers' endpoints; publish this replica's, and (the leader) drop
-        those of replicas that are gone."""
-        live = live_priorities(status)
-        endpoints = published_endpoints(annotations)
-        top = max(live, default=None)
-        self.leader_endpoint = endpoints.get(top) if top is not None and not self._leader else None
-        self.peer_hosts = frozenset(endpoint_host(endpoints[priority]) for priority in live
-                                    if priority != self._priority and priority in endpoints)
-        changes: dict[str, str | None] = {}
-        if self.endpoint and endpoints.get(self._priority) != self.endpoint:
-            changes[f"{ENDPOINT_ANNOTATION_PREFIX}{self._priority}"] = self.endpoint
-        if self._leader:
-            changes.update({f"{ENDPOINT_ANNOTATION_PREFIX}{priority}": None for priority in endpoints
-                            if priority not in live and priority != self._priority})
-        if changes and self._client is not None:
+        members = live_members(status, now)
+        if all(member.priority != self.priority for member in members):
+            members = sorted([*members, Member(self.priority, self.endpoint)], key=lambda member: member.priority)
+        gone = [key for key, info in status.items() if key.startswith(ENTRY_PREFIX)
+                and not any(f"{ENTRY_PREFIX}{member.priority}" == key for member in members)]
+        if gone:
             try:
-                await self._client.merge_patch(self.path, {"metadata": {"annotations": changes}})
+                await self._client.merge_patch(self.path, {"status": {key: None for key in gone}})
             except (KubeApiError, OSError) as error:
-                logger.warning("Cannot publish the report endpoint in %s: %s", self.path, error)
+                logger.warning("Cannot remove the entries of gone replicas from %s: %s", self.path, error)
+        changed = [member.priority for member in members] != [member.priority for member in self.members]
+        if changed:
+            logger.info("Replicas now: %s (this one: %s).",
+                        ", ".join(str(member.priority) for member in members), self.priority)
+        self.members = members
+        return changed
+
+    async def leave(self) -> None:
+        """Remove this replica's entry (a clean stop): its resources move at once, not after LIFETIME."""
+        if self._name is None or self._client is None:
+            return
+        try:
+            await self._client.merge_patch(self.path, {"status": {f"{ENTRY_PREFIX}{self.priority}": None}})
+        except (KubeApiError, OSError) as error:
+            logger.warning("Cannot remove this replica's entry from %s: %s", self.path, error)

@@ -2,6 +2,8 @@
 
 It is fed by kopf's watch events (pods, MCPServerInterfaces, Services), by accepted reports and by the
 stale timer. Everything it needs survives a restart in the cluster itself (lockstep.operator.restore).
+With several replicas each sees every event, and acts only for the resources it owns, with their pods
+(``owns``, from lockstep.operator.peering); :meth:`Reconciler.rebalance` follows a change of owners.
 
 The class is one object in parts, one module per subject; this module holds the state, the watch
 events, the timers and the judging:
@@ -61,7 +63,7 @@ VERDICT_CACHE_SIZE = 4096
 
 class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
     def __init__(self, config: OperatorConfig, client: KubeClient, metrics: Metrics, events: EventPoster,
-                 is_leader: Callable[[], bool] = lambda: True, clock: OperatorClock | None = None) -> None:
+                 owns: Callable[[str], bool] = lambda key: True, clock: OperatorClock | None = None) -> None:
         self.config = config
         #: The operator's own progress: a pod's silence never includes a pause of the operator.
         self.clock = clock or OperatorClock()
@@ -71,7 +73,9 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
         self.metrics = metrics
         self.events = events
         self.verdict_events = VerdictEvents(events)
-        self.is_leader = is_leader
+        #: Whether this replica owns an ownership key (owner_key); the resources it owned at the last rebalance.
+        self.owns = owns
+        self._owned: set[Key] = set()
         self.cache = ClusterCache()
         self.tracks: dict[Key, PodTrack] = {}
         self.memory: dict[Key, ResourceMemory] = {}
@@ -87,12 +91,59 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
         self.observed_maps = ObservedMaps(client, size_limit=config.observed_configmap_size_limit,
                                           count_limit=config.observed_configmap_limit)
 
+    # ------------------------------------------------------------------ ownership among replicas
+    @staticmethod
+    def owner_key(namespace: str, name: str) -> str:
+        """A resource's key for choosing its owner."""
+        return f"{namespace}/{name}"
+
+    def owns_resource(self, key: Key) -> bool:
+        return self.owns(self.owner_key(*key))
+
+    def pod_owner_key(self, pod: PodRecord) -> str:
+        """A pod goes with the resource that selects it (the first by name when several do: a conflict);
+        a pod no resource selects is owned by its own key."""
+        resources = self.cache.selecting(pod)
+        if resources:
+            return self.owner_key(*min(record.key for record in resources))
+        return f"{pod.namespace}/pods/{pod.name}"
+
+    def owns_pod(self, pod: PodRecord) -> bool:
+        return self.owns(self.pod_owner_key(pod))
+
+    async def rebalance(self) -> None:
+        """The replicas changed: forget the pods of resources now owned by another replica (it writes
+        them from now on), and rebuild from the cluster the verdicts of those this replica gained, as at
+        a start: every gained pod gets a whole staleAfter to report here."""
+        owned = {record.key for record in self.cache.resources() if self.owns_resource(record.key)}
+        gained, lost = owned - self._owned, self._owned - owned
+        self._owned = owned
+        for key in list(self.tracks):
+            pod = self.cache.pod(*key)
+            if pod is None or not self.owns_pod(pod):
+                del self.tracks[key]
+                self.unwritten.discard(key)
+        for key in lost:
+            self._written.pop(key, None)
+            self.verdict_events.forget(key)
+        for key in gained:
+            record = self.cache.resource(*key)
+            if record is not None:
+                self.memory[key] = memory_from_status(record.status)
+                self._written.pop(key, None)
+        for pod in self.cache.pods():
+            self._restore_track(pod)
+        self._dirty.update(gained)
+        if gained or lost:
+            logger.info("Owner of %d resources now (%d gained, %d handed over).", len(owned), len(gained), len(lost))
+
     # ------------------------------------------------------------------ watch events
     async def on_resource(self, event_type: str, body: Mapping[str, Any]) -> None:
         metadata = body.get("metadata") or {}
         namespace, name = str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
         if event_type == "DELETED":
             previous = self.cache.drop_resource(namespace, name)
+            self._owned.discard((namespace, name))
             self.memory.pop((namespace, name), None)
             self._approved_answers.pop((namespace, name), None)
             self._held.pop((namespace, name), None)
@@ -106,9 +157,16 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
                 await self._judge_all(self.cache.selected_pods(namespace, name, previous.policy.selector))
             return
         previous, record = self._put_resource(body)
+        if not self.owns_resource(record.key):
+            self._owned.discard(record.key)
+            return  # another replica's (lockstep.operator.peering)
         self._dirty.add(record.key)
         if not self.synced.is_set():
             return
+        if record.key not in self._owned:
+            self._owned.add(record.key)
+            for pod in self.cache.selected_pods(*record.key):
+                self._restore_track(pod)
         changed = previous is None or previous.policy.judging_key != record.policy.judging_key
         moved = previous is not None and previous.policy.selector != record.policy.selector
         if not (changed or moved):
@@ -170,11 +228,12 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
                 self._restore_track(record)
                 self._dirty.update(resource.key for resource in self.cache.selecting(record))
             return
-        if (previous.labels, previous.annotations) != (record.labels, record.annotations):
+        if (previous.labels, previous.binding) != (record.labels, record.binding):
             old = {resource.key for resource in self.cache.selecting(previous)}
             self._dirty.update(old | {resource.key for resource in self.cache.selecting(record)})
+            self._restore_track(record)  # selected now by a resource this replica owns
             await self._judge_pod(record.key)
-        elif (record.key not in self.tracks and not record.deleting and self.is_leader()
+        elif (record.key not in self.tracks and not record.deleting and self.owns_pod(record)
               and (condition_of(record) or ("",))[0] == "True"):
             await self._foreign_condition(record)
 
@@ -206,6 +265,8 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
                 continue  # a True without an observation (restored from the cluster) must be renewed too
             pod = self.cache.pod(*key)
             resources = self.cache.selecting(pod) if pod else []
+            if pod is not None and not self.owns_pod(pod):
+                continue  # handed over: dropped at the rebalance
             if len(resources) == 1 and self.clock.silence(track.received_at, now) > resources[0].policy.stale_after:
                 track.stale = True
                 try:
@@ -231,8 +292,8 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
         async with self._locks.setdefault(key, asyncio.Lock()):
             pod = self.cache.pod(*key)
             track = self.tracks.get(key)
-            if pod is None or track is None:
-                return None
+            if pod is None or track is None or not self.owns_pod(pod):
+                return None  # gone, never reported, or another replica's to write
             resources = self.cache.selecting(pod)
             if not resources:
                 if track.written is not None and track.written[0] == "True":

@@ -8,6 +8,7 @@ from the body. Checks run cheapest first, and the body is read only once the cal
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import json
 import logging
@@ -20,10 +21,11 @@ from typing import Any
 from aiohttp import web
 from lockstep.operator.config import OperatorConfig
 from lockstep.operator.freshness import FreshnessBook, StaleReport
+from lockstep.operator.cache import PodRecord
 from lockstep.operator.kube import KubeApiError, KubeClient
 from lockstep.operator.metrics import Metrics
 from lockstep.operator.outage import ApiOutage, ApiUnavailable
-from lockstep.operator.peering import Leadership
+from lockstep.operator.peering import Membership
 from lockstep.operator.reconciler import DefinitionsRequired, Reconciler
 from lockstep.operator.relay import RELAYED_FOR_HEADER, RelayFailed, ReportRelay
 
@@ -59,7 +61,15 @@ class ReportRejected(Exception):
 
 
 class NotServing(Exception):
-    """This replica does not serve reports now (not synced yet, or not the peering leader)."""
+    """This replica does not serve reports now (not synced yet), or cannot pass one on to its owner."""
+
+
+class Misrouted(Exception):
+    """A report for a pod another replica owns: relayed to ``endpoint`` (None: the owner is not known)."""
+
+    def __init__(self, endpoint: str | None) -> None:
+        super().__init__(endpoint)
+        self.endpoint = endpoint
 
 
 @dataclass(frozen=True)
@@ -186,12 +196,12 @@ class RateLimiter:
 
 class ReportServer:
     def __init__(self, config: OperatorConfig, reconciler: Reconciler, reviewer: TokenReviewer,
-                 metrics: Metrics, outage: ApiOutage | None = None, leadership: Leadership | None = None) -> None:
+                 metrics: Metrics, outage: ApiOutage | None = None, membership: Membership | None = None) -> None:
         self.config = config
-        #: With peering: where the leader is, and who the peers are (a standby relays to the leader).
-        self.leadership = leadership
+        #: With several replicas: who owns which pod, and where (a report for another's pod is relayed).
+        self.membership = membership
         self.relay = ReportRelay(report_url=config.report_url, ca_path=config.operator_ca_path,
-                                 tls=config.tls_enabled) if leadership is not None else None
+                                 tls=config.tls_enabled) if membership is not None else None
         self.outage = outage or ApiOutage()
         self.reconciler = reconciler
         self.reviewer = reviewer
@@ -237,35 +247,43 @@ class ReportServer:
         return context
 
     def serving(self) -> bool:
-        return self.reconciler.synced.is_set() and self.reconciler.is_leader()
+        return self.reconciler.synced.is_set()
 
     async def handle_health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
-    def _leader_endpoint(self) -> str | None:
-        """Where a standby relays reports (None: this replica leads, or the leader is not known)."""
-        if self.relay is None or self.leadership is None or not self.reconciler.synced.is_set():
+    def _owner_endpoint(self, pod: PodRecord) -> str | None:
+        """Where the replica that owns ``pod`` takes reports (None: this one owns it, or it is unknown)."""
+        if self.membership is None:
             return None
-        return self.leadership.leader_endpoint
+        return self.membership.owner_endpoint(self.reconciler.pod_owner_key(pod))
+
+    def _route_by_claims(self, request: web.Request) -> str | None:
+        """The owner's endpoint for the pod the bearer token names, read without verifying it: a report
+        for another replica's pod is relayed before this replica spends a TokenReview on it (the owner
+        reviews it; a token that lies about its pod only gets itself relayed)."""
+        if self.membership is None or len(self.membership.members) < 2:
+            return None
+        claims = unverified_pod_claims(request.headers.get("Authorization", ""))
+        pod = self.reconciler.cache.pod(*claims) if claims else None
+        if pod is None or self.reconciler.owns_pod(pod):
+            return None
+        return self._owner_endpoint(pod)
 
     async def handle_ready(self, request: web.Request) -> web.Response:
         if self.serving():
             return web.json_response({"status": "ready"})
-        if not self.reconciler.is_leader() and self._leader_endpoint():
-            return web.json_response({"status": "ready (relays reports to the leader)"})
-        return web.json_response({"status": "not serving (syncing, or another replica leads)"}, status=503)
+        return web.json_response({"status": "not serving (syncing)"}, status=503)
 
     async def handle_report(self, request: web.Request) -> web.Response:
         started = time.perf_counter()
         outcome = "rejected"
         try:
             if not self.serving():
-                endpoint = self._leader_endpoint()
-                if endpoint is None or RELAYED_FOR_HEADER in request.headers:
-                    raise NotServing()
-                response = await self._relay(request, endpoint)
-                outcome = "relayed"
-                return response
+                raise NotServing()
+            endpoint = self._route_by_claims(request)
+            if endpoint is not None:
+                raise Misrouted(endpoint)
             verdict, approved = await self._judge(request)
             outcome = "accepted"
             # "digests": this operator takes digest-only reports (a sidecar never sends one to an operator
@@ -280,9 +298,207 @@ class ReportServer:
             return web.json_response({"reason": "DefinitionsRequired",
                                       "message": f"send the report again with its definitions: {missing}"},
                                      status=428)
-        except (NotServing, RelayFailed) as failure:
-            if isinstance(failure, RelayFailed):
+        except Misrouted as misrouted:
+            response = await self._pass_on(request, misrouted.endpoint)
+            outcome = "relayed" if response.status != 503 else outcome
+            return response
+        except NotServing:
+            return _not_serving()
+        except ApiUnavailable:
+            raise  # answered 503 with Retry-After, not 401: the token may well be good
+        except (KubeApiError, OSError) as error:
+            logger.warning("TokenReview failed: %s", error)
+            raise ReportRejected(401, "Unauthenticated", "the token could not be reviewed") from None
+        finally:
+            self._slots.release()
+        try:
+            identity = _identity(status)
+        except ReportRejected as rejection:
+            _remember(self._refused, key, (time.monotonic() + NEGATIVE_TTL, rejection), NEGATIVE_CACHE_SIZE)
+            raise
+        _remember(self._cache, key, (time.monotonic() + self._ttl, identity), TOKEN_CACHE_SIZE)
+        return identity
+
+
+def _key(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def _fresh(entry: tuple[float, Any] | None) -> bool:
+    return entry is not None and entry[0] > time.monotonic()
+
+
+def _remember(cache: OrderedDict[str, Any], key: str, value: Any, size: int) -> None:
+    cache[key] = value
+    cache.move_to_end(key)
+    if len(cache) > size:
+        cache.popitem(last=False)
+
+
+def _identity(status: dict[str, Any]) -> Identity:
+    if not status.get("authenticated"):
+        raise ReportRejected(401, "Unauthenticated", "the token is not valid")
+    audiences = status.get("audiences")
+    if audiences is not None and AUDIENCE not in audiences:
+        raise ReportRejected(401, "Unauthenticated", f"the token is not meant for {AUDIENCE}")
+    user = status.get("user") or {}
+    username = str(user.get("username") or "")
+    extra = user.get("extra") or {}
+    names, uids = extra.get(POD_NAME_CLAIM) or [], extra.get(POD_UID_CLAIM) or []
+    if not username.startswith(SERVICE_ACCOUNT_PREFIX) or not names or not uids:
+        raise ReportRejected(401, "Unauthenticated", "the token is not bound to a pod")
+    namespace = username[len(SERVICE_ACCOUNT_PREFIX):].split(":", 1)[0]
+    return Identity(namespace, str(names[0]), str(uids[0]))
+
+
+class RateLimiter:
+    """A token bucket per pod uid."""
+
+    def __init__(self, rate: float, burst: int) -> None:
+        self._rate, self._burst = rate, float(burst)
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._next_prune = PRUNE_AT
+
+    def admit(self, key: str) -> float:
+        """0 when admitted, else the seconds to wait."""
+        now = time.monotonic()
+        if len(self._buckets) > self._next_prune:
+            self._prune(now)
+        tokens, last = self._buckets.get(key, (self._burst, now))
+        tokens = min(self._burst, tokens + (now - last) * self._rate)
+        if tokens >= 1.0:
+            self._buckets[key] = (tokens - 1.0, now)
+            return 0.0
+        self._buckets[key] = (tokens, now)
+        return (1.0 - tokens) / self._rate if self._rate > 0 else 60.0
+
+    def _prune(self, now: float) -> None:
+        """Drop the buckets that have refilled (pods gone or quiet): they would start full anyway."""
+        refill = self._burst / self._rate if self._rate > 0 else 0.0
+        self._buckets = {key: (tokens, last) for key, (tokens, last) in self._buckets.items()
+                         if now - last < refill}
+        self._next_prune = max(PRUNE_AT, 2 * len(self._buckets))
+
+
+class ReportServer:
+    def __init__(self, config: OperatorConfig, reconciler: Reconciler, reviewer: TokenReviewer,
+                 metrics: Metrics, outage: ApiOutage | None = None, membership: Membership | None = None) -> None:
+        self.config = config
+        #: With several replicas: who owns which pod, and where (a report for another's pod is relayed).
+        self.membership = membership
+        self.relay = ReportRelay(report_url=config.report_url, ca_path=config.operator_ca_path,
+                                 tls=config.tls_enabled) if membership is not None else None
+        self.outage = outage or ApiOutage()
+        self.reconciler = reconciler
+        self.reviewer = reviewer
+        self.metrics = metrics
+        self.limiter = RateLimiter(config.rate_per_pod, config.rate_burst)
+        # Before authentication: a request with a token no cache knows costs a TokenReview, so each
+        # source address gets a bucket of those (0 turns it off).
+        self.sources = RateLimiter(config.source_rate, config.source_burst) if config.source_rate > 0 else None
+        self.freshness = FreshnessBook(config.max_clock_skew)
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.body_limit)
+        app.router.add_post("/v1/reports", self.handle_report)
+        app.router.add_get("/readyz", self.handle_ready)
+        app.router.add_get("/healthz", self.handle_health)
+        return app
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.config.report_host, self.config.report_port,
+                           ssl_context=self._ssl_context())
+        await site.start()
+        server = getattr(site, "_server", None)
+        sockets = getattr(server, "sockets", None) or []
+        self.port = sockets[0].getsockname()[1] if sockets else self.config.report_port
+        logger.info("Report endpoint listening on port %s.", self.port)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self.relay is not None:
+            await self.relay.close()
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        if not self.config.tls_enabled:
+            logger.warning("No TLS files configured: the report endpoint serves plain HTTP (tests only).")
+            return None
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(str(self.config.tls_cert_path), str(self.config.tls_key_path))
+        return context
+
+    def serving(self) -> bool:
+        return self.reconciler.synced.is_set()
+
+    async def handle_health(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    def _owner_endpoint(self, pod: PodRecord) -> str | None:
+        """Where the replica that owns ``pod`` takes reports (None: this one owns it, or it is unknown)."""
+        if self.membership is None:
+            return None
+        return self.membership.owner_endpoint(self.reconciler.pod_owner_key(pod))
+
+    def _route_by_claims(self, request: web.Request) -> str | None:
+        """The owner's endpoint for the pod the bearer token names, read without verifying it: a report
+        for another replica's pod is relayed before this replica spends a TokenReview on it (the owner
+        reviews it; a token that lies about its pod only gets itself relayed)."""
+        if self.membership is None or len(self.membership.members) < 2:
+            return None
+        claims = unverified_pod_claims(request.headers.get("Authorization", ""))
+        pod = self.reconciler.cache.pod(*claims) if claims else None
+        if pod is None or self.reconciler.owns_pod(pod):
+            return None
+        return self._owner_endpoint(pod)
+
+    async def handle_ready(self, request: web.Request) -> web.Response:
+        if self.serving():
+            return web.json_response({"status": "ready"})
+        return web.json_response({"status": "not serving (syncing)"}, status=503)
+
+    async def handle_report(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        outcome = "rejected"
+        try:
+            if not self.serving():
+                raise NotServing()
+            endpoint = self._route_by_claims(request)
+            if endpoint is not None:
+                raise Misrouted(endpoint)
+            verdict, approved = await self._judge(request)
+            outcome = "accepted"
+            # "digests": this operator takes digest-only reports (a sidecar never sends one to an operator
+            # that does not say so, e.g. after a rollback: that operator would judge the digests as reported).
+            body: dict[str, Any] = {"verdict": verdict, "digests": True}
+            if approved is not None:
+                body["approved"] = approved  # the proxy's gate: what it may let through
+            return web.json_response(body, status=202)
+        except DefinitionsRequired as missing:
+            # Not a refusal (not counted in lockstep_reports_rejected_total): the sidecar sends the same
+            # observation again at once, with its definitions.
+            return web.json_response({"reason": "DefinitionsRequired",
+                                      "message": f"send the report again with its definitions: {missing}"},
+                                     status=428)
+        except Misrouted as misrouted:
+            if misrouted.endpoint is None or RELAYED_FOR_HEADER in request.headers:
+                # Relayed already (two replicas that disagree on the owner for a moment), or the owner is
+                # not known yet: the sidecar sends it again in a second.
+                return _not_serving()
+            try:
+                response = await self._relay(request, misrouted.endpoint)
+            except RelayFailed as failure:
                 logger.warning("Cannot relay a report: %s", failure)
+                return _not_serving()
+            outcome = "relayed"
+            return response
+        except NotServing:
+            return _not_serving()
+        except (NotServing,) as failure:
             response = web.json_response({"reason": "NotServing", "message": "this replica does not serve reports now"},
                                          status=503, headers={"Retry-After": "1"})
             response.force_close()  # the retry opens a new connection, which the Service may send to the leader
@@ -296,16 +512,33 @@ class ReportServer:
                                       "message": "the Kubernetes API is unreachable; send the report again"},
                                      status=503, headers={"Retry-After": str(round(self.outage.retry_after()))})
         except ReportRejected as rejection:
-            self.metrics.reports_rejected.labels(rejection.reason).inc()
-            headers = {"Retry-After": str(max(1, round(rejection.retry_after)))} if rejection.retry_after else None
-            return web.json_response({"reason": rejection.reason, "message": str(rejection)},
-                                     status=rejection.status, headers=headers)
+            return self._rejected(rejection)
         finally:
             self.metrics.report_duration.labels(outcome).observe(time.perf_counter() - started)
 
+    def _rejected(self, rejection: ReportRejected) -> web.Response:
+        self.metrics.reports_rejected.labels(rejection.reason).inc()
+        headers = {"Retry-After": str(max(1, round(rejection.retry_after)))} if rejection.retry_after else None
+        return web.json_response({"reason": rejection.reason, "message": str(rejection)},
+                                 status=rejection.status, headers=headers)
+
+    async def _pass_on(self, request: web.Request, endpoint: str | None) -> web.Response:
+        """A report for a pod another replica owns goes to that replica, once."""
+        if endpoint is None or RELAYED_FOR_HEADER in request.headers:
+            # The owner is not known yet, or the report was relayed already (two replicas that disagree
+            # on the owner for a moment): the sidecar sends it again in a second.
+            return _not_serving()
+        try:
+            return await self._relay(request, endpoint)
+        except ReportRejected as rejection:
+            return self._rejected(rejection)
+        except RelayFailed as failure:
+            logger.warning("Cannot relay a report: %s", failure)
+            return _not_serving()
+
     async def _relay(self, request: web.Request, endpoint: str) -> web.Response:
-        """A standby's part: the cheap checks that need no API (size, bearer, the per-address limit on
-        every relayed report), then the report goes to the leader as it came."""
+        """The relaying replica's part: the cheap checks that need no API (size, bearer, the per-address
+        limit on every relayed report), then the report goes to its owner as it came."""
         assert self.relay is not None
         length = request.content_length
         if length is not None and length > self.config.body_limit:
@@ -325,7 +558,7 @@ class ReportServer:
         """The caller's address; for a report a live peer relayed, the address the peer names."""
         remote = request.remote or "unknown"
         relayed_for = request.headers.get(RELAYED_FOR_HEADER)
-        if relayed_for and self.leadership is not None and remote in self.leadership.peer_hosts:
+        if relayed_for and self.membership is not None and remote in self.membership.peer_hosts:
             return relayed_for
         return remote
 
@@ -350,6 +583,8 @@ class ReportServer:
             raise ReportRejected(403, "UidMismatch", f"pod {identity.pod_name} has another uid than the token's")
         if not self.reconciler.selecting(pod):
             raise ReportRejected(403, "NotSelected", f"no MCPServerInterface selects pod {identity.pod_name}")
+        if not self.reconciler.owns_pod(pod):
+            raise Misrouted(self._owner_endpoint(pod))
         observation, freshness, proxy = await _read_observation(request, self.config.body_limit)
         try:
             stamp = self.freshness.admit(identity.pod_uid, freshness, recorded=recorded_stamp(pod.annotations))
@@ -359,9 +594,33 @@ class ReportServer:
         except StaleReport as stale:
             raise ReportRejected(409 if stale.reason == "Replayed" else 400, stale.reason, str(stale)) from None
         if verdict is None:
+            if not self.reconciler.owns_pod(pod):
+                raise NotServing()  # handed over to another replica meanwhile: sent again, it goes there
             raise ReportRejected(403, "NotSelected", f"no MCPServerInterface selects pod {identity.pod_name}")
         approved = self.reconciler.approved_components(pod) if proxy is not None else None
         return {"status": verdict.status, "reason": verdict.reason.value, "message": verdict.message}, approved
+
+
+def _not_serving() -> web.Response:
+    response = web.json_response({"reason": "NotServing", "message": "this replica does not serve reports now"},
+                                 status=503, headers={"Retry-After": "1"})
+    response.force_close()  # the retry opens a new connection, which the Service may send to another replica
+    return response
+
+
+def unverified_pod_claims(authorization: str) -> tuple[str, str] | None:
+    """(namespace, pod name) of a bound service-account token, read WITHOUT verifying it: for routing only."""
+    scheme, _, token = authorization.partition(" ")
+    parts = token.strip().split(".")
+    if scheme.lower() != "bearer" or len(parts) != 3 or len(parts[1]) > 8192:
+        return None
+    try:
+        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+        bound = claims["kubernetes.io"]
+        namespace, name = bound["namespace"], bound["pod"]["name"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    return (namespace, name) if isinstance(namespace, str) and isinstance(name, str) else None
 
 
 def _bearer(request: web.Request) -> str:

@@ -46,9 +46,12 @@ class Restore:
     tracks: dict[Key, PodTrack]
     synced: asyncio.Event
     _dirty: set[Key]
+    _owned: set[Key]
 
     if TYPE_CHECKING:  # in lockstep.operator.reconciler
         def _put_resource(self, body: Mapping[str, Any]) -> tuple[ResourceRecord | None, ResourceRecord]: ...
+        def owns_pod(self, pod: PodRecord) -> bool: ...
+        def owns_resource(self, key: Key) -> bool: ...
 
     async def resync(self) -> None:
         """List the resources and pods once, and rebuild the last verdicts from the cluster."""
@@ -62,7 +65,8 @@ class Restore:
         await self.observed_maps.resync(self.config.namespaces or [None])
         for pod in self.cache.pods():
             self._restore_track(pod)
-        self._dirty.update(record.key for record in self.cache.resources())
+        self._owned = {record.key for record in self.cache.resources() if self.owns_resource(record.key)}
+        self._dirty.update(self._owned)
         self.synced.set()
         logger.info("Synced %d resources and %d pods; restored %d verdicts.",
                     sum(1 for _ in self.cache.resources()), sum(1 for _ in self.cache.pods()), len(self.tracks))
@@ -70,7 +74,7 @@ class Restore:
     def _restore_track(self, pod: PodRecord) -> None:
         condition = pod.lockstep_condition
         resources = self.cache.selecting(pod)
-        if condition is None or pod.key in self.tracks or len(resources) != 1:
+        if condition is None or pod.key in self.tracks or len(resources) != 1 or not self.owns_pod(pod):
             return
         try:
             reason = Reason(condition.get("reason"))

@@ -46,13 +46,14 @@ class StatusWriter:
 
     if TYPE_CHECKING:  # in lockstep.operator.quarantine
         async def _check_bypassing(self, record: ResourceRecord, memory: ResourceMemory) -> None: ...
+        def owns_resource(self, key: Key) -> bool: ...  # in lockstep.operator.reconciler
 
     async def flush_status(self, *, final: bool = False) -> None:
         await self.verdict_events.post_batched(everything=final)
         dirty, self._dirty = self._dirty, set()
         for key in dirty:
             record = self.cache.resource(*key)
-            if record is not None:
+            if record is not None and self.owns_resource(key):  # another replica's is its own to write
                 try:
                     await self._write_status(record)
                 except ApiUnavailable:

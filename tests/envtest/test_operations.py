@@ -228,43 +228,50 @@ def _missing(plane: ControlPlane, namespace: str, name: str) -> bool:
     return False
 
 
-async def test_two_replicas_with_peering_one_serves_and_the_standby_takes_over(
+async def test_two_replicas_both_serve_and_one_takes_over_from_the_other(
         control_plane: ControlPlane, tmp_path: Path, kubelet: Kubelet, namespace: str,
         mcp: McpServerHandle) -> None:
+    """With the chart's RBAC on a real API server: both replicas renew their entries in the peering
+    object and serve reports; the resource's owner judges, the other relays to it; when the owner
+    stops, the other takes the resource over from the cluster, and the pod's condition never flips."""
     from lockstep_testing.lockstep_install import install_lockstep
 
     plane = control_plane
     async with install_lockstep(plane, tmp_path / "peered", peering=True) as lockstep:
-        leader = lockstep.operator
-        async with lockstep.run_replica(peering_priority=1) as standby:
+        first = lockstep.operator
+        async with lockstep.run_replica(peering_priority=1) as second:
+            replicas = [first, second]
+            for replica in replicas:
+                await eventually(lambda: len(replica.operator.membership.members) == 2, 30,  # type: ignore[union-attr]  # noqa: B023
+                                 "both replicas in the peering object")
             await pin(plane, namespace, mcp)
             pod = apply(plane, weather_pod(namespace, "weather-0"))
+            key = (namespace, "weather")
+            await eventually(lambda: all(replica.operator.reconciler.cache.resource(*key)  # type: ignore[union-attr]
+                                         for replica in replicas), 20, "both replicas see the resource")
+            [owner] = [r for r in replicas if r.operator.reconciler.owns_resource(key)]  # type: ignore[union-attr]
+            [other] = [r for r in replicas if r is not owner]
             token = plane.request_token(namespace, "default", audience="lockstep.dev",
                                         pod=(pod["metadata"]["name"], pod["metadata"]["uid"]))
+            tls = sidecar_client(lockstep, tmp_path, token).tls
             report = (await sidecar_client(lockstep, tmp_path, token).observe(mcp.url)).to_dict()
-            standby_client = Sidecar(f"https://127.0.0.1:{standby.report_port}", token,
-                                     sidecar_client(lockstep, tmp_path, token).tls)
-            await eventually(lambda: leader.operator.report_server.serving(), 30, "leader serving")  # type: ignore[union-attr]
-            # Each replica reads the peering object every few seconds before it stands by.
-            await eventually(lambda: not standby.operator.report_server.serving(), 30,  # type: ignore[union-attr]
-                             "the lower-priority replica standing by")
-            status, _ = await standby_client.post(report)
-            assert status == 503  # the standby writes nothing
-            assert condition(pod_of(plane, namespace, "weather-0"), GATE) is None
-
-            leader.stop.set()
-            await asyncio.to_thread(leader.thread.join, 20)
-            lockstep.operators.clear()
-
-            async def accepted() -> bool:
-                return (await standby_client.post(report))[0] == 202
-
-            for _ in range(200):  # the standby sees the leader's peering entry expire, then serves
-                if await accepted():
-                    break
-                await asyncio.sleep(0.5)
+            to_other = Sidecar(f"https://127.0.0.1:{other.report_port}", token, tls)
+            status, answer = await to_other.post(report)
+            assert (status, answer["verdict"]["reason"]) == (202, "Verified")  # relayed to the owner
             await eventually(lambda: condition(pod_of(plane, namespace, "weather-0"), GATE) == "True", 20,
-                             "judged by the new leader")
+                             "judged by the owner")
+            assert key in owner.operator.reconciler._owned  # type: ignore[union-attr]
+            version = pod_of(plane, namespace, "weather-0")["metadata"]["resourceVersion"]
+
+            owner.stop.set()
+            await asyncio.to_thread(owner.thread.join, 20)
+            if owner in lockstep.operators:
+                lockstep.operators.remove(owner)
+            await eventually(lambda: other.operator.reconciler.owns_resource(key), 30,  # type: ignore[union-attr]
+                             "the other replica owns the resource")
+            status, answer = await to_other.post(report)
+            assert (status, answer["verdict"]["reason"]) == (202, "Verified")
+            assert pod_of(plane, namespace, "weather-0")["metadata"]["resourceVersion"] == version  # no flap
 
 
 VALIDATION_REFUSED = [

@@ -29,7 +29,7 @@ import pytest_asyncio
 from lockstep_testing.cluster_objects import GATE, POISON, TOOLS, pin, weather_pod
 from lockstep_testing.control_plane import ControlPlane, ControlPlaneError, assets_folder, start_control_plane
 from lockstep_testing.kubelet import Kubelet
-from lockstep_testing.lockstep_install import api_path, apply
+from lockstep_testing.lockstep_install import RELEASE, api_path, apply
 from lockstep_testing.loopback import McpServerHandle
 from lockstep_testing.mcp_servers import MutableServer
 from lockstep_testing.operator_process import (
@@ -40,12 +40,13 @@ from lockstep_testing.operator_process import (
     install_lockstep_processes,
 )
 
+from lockstep.operator.peering import HEARTBEAT, LIFETIME, owner
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 STALE_AFTER = 20  # seconds; the sidecars report every 2 s (a lost request costs its 10 s timeout)
 CUT_WITHIN = 30.0  # a drifted pod is cut within this long after the fault ends
-PEERING_LIFETIME = 20  # lockstep.operator.app: a dead leader's peering entry expires after this long
+PEERING_LIFETIME = LIFETIME  # a killed replica's entry in the peering object expires after this long
 ORIGINAL = TOOLS[0]["description"]
 
 
@@ -325,7 +326,8 @@ async def test_an_api_outage_of_three_minutes(rig: Rig) -> None:
 
 
 async def _two_replicas(rig: Rig) -> tuple[OperatorProcess, OperatorProcess]:
-    """Two replicas with peering behind the Service stand-in: (leader, standby), the standby relaying."""
+    """Two replicas behind the Service stand-in, both serving: (the owner of the rig's resource, the
+    other one, which relays its reports to the owner)."""
     for old in rig.install.processes:
         await asyncio.to_thread(old.stop)
     rig.install.processes.clear()
@@ -333,27 +335,38 @@ async def _two_replicas(rig: Rig) -> tuple[OperatorProcess, OperatorProcess]:
     first = rig.install.start_replica(webhooks=True)
     second = rig.install.start_replica()
     rig.relay.backends[:] = [first, second]
-    await asyncio.to_thread(_wait, lambda: first.leads() != second.leads(), 60, "one leader")
-    await asyncio.to_thread(_wait, lambda: first.ready() and second.ready(), 30, "the standby relaying")
-    await asyncio.sleep(3)  # the sidecars' next reports reach both
-    return (first, second) if first.leads() else (second, first)
+
+    def members() -> dict[int, int]:
+        """Report port -> priority of the live entries in the peering object."""
+        body = rig.plane.call("GET", f"/apis/kopf.dev/v1/clusterkopfpeerings/{RELEASE}")
+        return {int(str(entry["endpoint"]).rpartition(":")[2]): int(entry["priority"])
+                for entry in (body.get("status") or {}).values() if isinstance(entry, dict) and entry.get("endpoint")}
+
+    await asyncio.to_thread(_wait, lambda: {first.report_port, second.report_port} <= set(members()), 60,
+                            "both replicas in the peering object")
+    await asyncio.to_thread(_wait, lambda: first.ready() and second.ready(), 30, "both replicas serving")
+    await asyncio.sleep(HEARTBEAT + 3)  # each has seen the other, and the sidecars' next reports reach both
+    by_port = members()
+    chosen = owner(f"{rig.namespace}/weather", [by_port[first.report_port], by_port[second.report_port]])
+    return (first, second) if chosen == by_port[first.report_port] else (second, first)
 
 
-async def test_the_standby_replica_killed_during_a_rug_pull(rig: Rig) -> None:
-    """Reports reach the standby too (it relays them to the leader); SIGKILLed, it leaves the Service's
-    endpoints and its share of reports goes to the leader: nothing flaps, the drifted pod is cut."""
-    _, standby = await _two_replicas(rig)
-    assert await asyncio.to_thread(_relayed, standby) > 0  # the Service sent it reports, and it relayed them
-    await run_fault(rig, "standby replica SIGKILLed, rug pull 1 s later", "relayed by the standby until it dies",
-                    _later(standby.kill), _later(lambda: None), hold=1)
+async def test_the_replica_that_relays_killed_during_a_rug_pull(rig: Rig) -> None:
+    """Reports reach both replicas; the one that does not own the resource relays its share to the owner.
+    SIGKILLed, it leaves the Service's endpoints and its share goes to the owner: nothing flaps, the
+    drifted pod is cut."""
+    _, other = await _two_replicas(rig)
+    assert await asyncio.to_thread(_relayed, other) > 0  # the Service sent it reports, and it relayed them
+    await run_fault(rig, "relaying replica SIGKILLed, rug pull 1 s later", "relayed to the owner until it dies",
+                    _later(other.kill), _later(lambda: None), hold=1)
 
 
-async def test_the_leader_replica_killed_during_a_rug_pull(rig: Rig) -> None:
-    """The leader is SIGKILLed (no goodbye in the peering object) one second before the rug pull: the
-    standby relays to nobody until the peering entry expires, then leads and cuts the pod."""
-    leader, _ = await _two_replicas(rig)
-    await run_fault(rig, "leader replica SIGKILLed, rug pull 1 s later", "unchanged; reports 503 until the standby leads",
-                    _later(leader.kill), _later(lambda: None), hold=1, within=PEERING_LIFETIME + 15)
+async def test_the_owner_replica_killed_during_a_rug_pull(rig: Rig) -> None:
+    """The owner is SIGKILLed (no goodbye in the peering object) one second before the rug pull: the other
+    replica relays to nobody until the owner's entry expires, then takes the resource over and cuts the pod."""
+    owner_process, _ = await _two_replicas(rig)
+    await run_fault(rig, "owner replica SIGKILLed, rug pull 1 s later", "unchanged; reports 503 until the entry expires",
+                    _later(owner_process.kill), _later(lambda: None), hold=1, within=PEERING_LIFETIME + 15)
 
 
 def _relayed(process: OperatorProcess) -> float:

@@ -154,7 +154,7 @@ async def install_lockstep(plane: ControlPlane, folder: Path, *, peering: bool =
     config, certificates = loopback_operator_config(
         folder, stale_check_interval=0.5, status_flush_interval=0.2, sidecar_image=SIDECAR_IMAGE,
         own_namespace=SYSTEM_NAMESPACE, peering_name=RELEASE if peering else None,
-        peering_priority=100 if peering else None)
+        peering_priority=100 if peering else None, advertise_address="127.0.0.1" if peering else "")
     webhook_port = config.webhook_port
     token = plane.request_token(SYSTEM_NAMESPACE, account, seconds=3 * 3600)
     installation = Installation(plane, config, certificates, account, token, webhook_port, rendered)

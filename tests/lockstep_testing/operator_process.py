@@ -79,12 +79,8 @@ class OperatorProcess:
     def text(self) -> str:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
-    def leads(self) -> bool:
-        """Whether this replica has said that it leads (kopf peering)."""
-        return "This replica now leads" in self.text()
-
     def ready(self, timeout: float = 1.0) -> bool:
-        """Its report endpoint's /readyz: synced, and leading or relaying to the leader."""
+        """Its report endpoint's /readyz: synced (every replica serves, lockstep.operator.peering)."""
         context = ssl.create_default_context(cafile=str(self.ca_file))
         try:
             with urllib.request.urlopen(f"https://127.0.0.1:{self.report_port}/readyz", timeout=timeout,
@@ -224,7 +220,8 @@ class ReportRelay:
 
     def _pick(self) -> OperatorProcess | None:
         """Round robin over the replicas that run, as the chart's Service does (it keeps every replica
-        Ready on kopf's /healthz, so a standby gets its share and relays it to the leader). A killed
+        Ready on kopf's /healthz, and every replica serves: a report for a resource another replica owns
+        is relayed to it). A killed
         replica leaves the endpoints at once (its container is gone)."""
         alive = [backend for backend in self.backends if backend.popen.poll() is None]
         if not alive:

@@ -1,34 +1,41 @@
-"""Leadership among replicas, read from kopf's peering status."""
+"""Replicas of one release, read from the peering object, and which of them owns each resource."""
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-from lockstep.operator.peering import leads
+from lockstep.operator.peering import Member, endpoint_host, live_members, owner
 
 NOW = datetime(2026, 11, 22, 2, 0, tzinfo=UTC)
+KEYS = [f"team-{index % 7}/server-{index}" for index in range(2000)]
 
 
-def _peer(priority: int, seconds_ago: int = 1, lifetime: int = 60) -> dict[str, object]:
-    return {"priority": priority, "lifetime": lifetime, "lastseen": (NOW - timedelta(seconds=seconds_ago)).isoformat()}
+def _entry(priority: int, seconds_ago: int = 1, lifetime: int = 20, endpoint: str = "") -> dict[str, object]:
+    return {"priority": priority, "lifetime": lifetime, "endpoint": endpoint,
+            "lastseen": (NOW - timedelta(seconds=seconds_ago)).isoformat()}
 
 
-def test_highest_live_priority_leads() -> None:
-    peers = {"a": _peer(10), "b": _peer(20)}
-    assert leads(peers, 20, NOW) and not leads(peers, 10, NOW)
+def test_live_members_skip_the_expired_and_the_garbage() -> None:
+    status = {"replica-10": _entry(10, endpoint="10.0.0.1:8443"), "replica-20": _entry(20, seconds_ago=30),
+              "junk": "x", "bad": {"priority": "x", "lastseen": "never"}}
+    assert live_members(status, NOW) == [Member(10, "10.0.0.1:8443")]
 
 
-def test_a_dead_peer_does_not_count() -> None:
-    assert leads({"a": _peer(10), "b": _peer(20, seconds_ago=120)}, 10, NOW)
+def test_every_key_has_one_owner_and_replicas_share_them() -> None:
+    shares = Counter(owner(key, [10, 20, 30]) for key in KEYS)
+    assert set(shares) == {10, 20, 30}
+    assert all(count > len(KEYS) / 3 * 0.8 for count in shares.values()), shares
+    assert owner("a/b", []) is None and owner("a/b", [7]) == 7
 
 
-def test_alone_or_not_listed_yet() -> None:
-    assert leads({}, 5, NOW) and leads({"self": _peer(5)}, 5, NOW)
+def test_a_replica_that_goes_moves_only_its_own_keys() -> None:
+    """Rendezvous hashing: when 30 goes, the keys of 10 and 20 stay where they are (no flaps there)."""
+    before = {key: owner(key, [10, 20, 30]) for key in KEYS}
+    after = {key: owner(key, [10, 20]) for key in KEYS}
+    moved = [key for key in KEYS if before[key] != after[key]]
+    assert moved and all(before[key] == 30 for key in moved)
 
 
-def test_a_tie_leads_nobody() -> None:
-    assert not leads({"a": _peer(7), "b": _peer(7)}, 7, NOW)
-
-
-def test_garbage_entries_are_skipped() -> None:
-    assert leads({"a": "junk", "b": {"priority": "x", "lastseen": "never"}}, 1, NOW)
+def test_endpoint_hosts() -> None:
+    assert endpoint_host("10.0.0.1:8443") == "10.0.0.1" and endpoint_host("[fd00::1]:8443") == "fd00::1"

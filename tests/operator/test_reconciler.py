@@ -123,10 +123,10 @@ async def test_a_true_condition_lockstep_did_not_write_lasts_only_stale_after() 
     assert api.writes == ["ReportStale", "Verified"]  # the pod's own report is judged as usual
 
 
-async def test_a_standby_never_corrects_a_condition() -> None:
+async def test_a_replica_never_corrects_a_condition_of_a_pod_it_does_not_own() -> None:
     api = RecordingApi()
     reconciler = Reconciler(OperatorConfig(), api, Metrics(), SilentEvents(),  # type: ignore[arg-type]
-                            is_leader=lambda: False)
+                            owns=lambda key: False)
     reconciler.synced.set()
     await reconciler.on_pod("ADDED", POD)
     await reconciler.on_pod("MODIFIED", _with_condition(FORGED))

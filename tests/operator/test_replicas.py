@@ -1,13 +1,16 @@
-"""Two replicas with kopf peering: only the leader judges and writes conditions; a standby that knows
-where the leader is relays the reports it gets to it."""
+"""Two replicas of one release: each watches everything and serves reports, and each MCPServerInterface
+is owned by one of them (lockstep.operator.peering), which alone judges its pods and writes them; a
+report for a pod the other owns is relayed to the owner."""
 
 from __future__ import annotations
 
 import json
 
 import aiohttp
+import kmock
 import pytest
 from lockstep_testing.kmock_support import (
+    NAMESPACE,
     TOOLS,
     Emulator,
     RunningOperator,
@@ -23,9 +26,17 @@ from lockstep_testing.kmock_support import (
     wait_for,
 )
 
+from lockstep.operator.peering import owner
+
 pytestmark = pytest.mark.kmock(cls=Emulator)
 
 PEERING = "lockstep"
+LOW, HIGH = 10, 20
+
+
+def _resource_owned_by(priority: int) -> str:
+    return next(name for name in (f"weather-{index}" for index in range(100))
+                if owner(f"{NAMESPACE}/{name}", [LOW, HIGH]) == priority)
 
 
 async def _ready(operator: RunningOperator, tls: TlsFiles) -> int:
@@ -33,43 +44,6 @@ async def _ready(operator: RunningOperator, tls: TlsFiles) -> int:
     async with aiohttp.ClientSession(connector=connector) as session, \
             session.get(f"https://127.0.0.1:{operator.report_port}/readyz") as response:
         return response.status
-
-
-async def test_only_the_leader_serves_reports(kmock: Emulator, tokens: TokenBook, tls_files: TlsFiles) -> None:
-    kmock.resources["kopf.dev/v1/clusterkopfpeerings"] = kmock.ResourceInfo(
-        kind="ClusterKopfPeering", singular="clusterkopfpeering", namespaced=False,
-        verbs={"get", "list", "watch", "create", "patch", "update", "delete"})
-    async with kmock.post("/apis/kopf.dev/v1/clusterkopfpeerings",
-                          json={"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering",
-                                "metadata": {"name": PEERING}}) as response:
-        assert response.status < 300
-    await create_objects(kmock, make_resource([{"tools": TOOLS}]), make_pod("p1"))
-    low = operator_config(tls_files, peering_name=PEERING, peering_priority=10)
-    high = operator_config(tls_files, peering_name=PEERING, peering_priority=20)
-    async with run_operator(kmock, low) as standby, run_operator(kmock, high) as leader:
-        # Both are listed in the peering object; the standby reads that it does not lead.
-        await wait_for(lambda: len(dict(kmock.objects["kopf.dev/v1/clusterkopfpeerings", None, PEERING])
-                                   .get("status") or {}) == 2, timeout=15)
-        standby_leads = standby.operator.reconciler.is_leader  # type: ignore[union-attr]
-        await wait_for(lambda: not standby_leads(), timeout=15)
-        assert await _ready(standby, tls_files) == 503
-        assert await _ready(leader, tls_files) == 200
-
-        status, answer = await sidecar_for(standby, tokens, tls_files, "p1").post({"observedAt": "x"})
-        assert (status, answer["reason"]) == (503, "NotServing")
-        report = make_report()
-        status, answer = await sidecar_for(leader, tokens, tls_files, "p1").post(report)
-        assert (status, answer["verdict"]["reason"]) == (202, "Verified")
-        await wait_for(lambda: verdict_of(kmock, "p1") == ("True", "Verified"))
-        assert len(kmock["patch", kmock.resource("v1/pods"), kmock.subresource("status")]) == 1
-
-        # The leader stops (a rolling update): the standby takes over, from what the cluster holds.
-        leader.stop.set()
-        await wait_for(lambda: standby_leads(), timeout=30)
-        assert await _ready(standby, tls_files) == 200
-        status, answer = await sidecar_for(standby, tokens, tls_files, "p1").post(make_report())
-        assert (status, answer["verdict"]["reason"]) == (202, "Verified")
-        assert len(kmock["patch", kmock.resource("v1/pods"), kmock.subresource("status")]) == 1  # nothing flipped
 
 
 async def _peering(kmock: Emulator) -> None:
@@ -82,38 +56,9 @@ async def _peering(kmock: Emulator) -> None:
         assert response.status < 300
 
 
-async def test_a_standby_relays_reports_to_the_leader(kmock: Emulator, tokens: TokenBook, tls_files: TlsFiles) -> None:
-    """Before issue 18: a report that the Service sent to the standby was answered 503, and a new pod
-    waited for a retry that reached the leader (104 s behind eleven 503s once, on a real node)."""
-    await _peering(kmock)
-    await create_objects(kmock, make_resource([{"tools": TOOLS}]), make_pod("p1"))
-    common = {"peering_name": PEERING, "advertise_address": "127.0.0.1", "operator_ca_path": str(tls_files.cert)}
-    low = operator_config(tls_files, peering_priority=10, **common)
-    high = operator_config(tls_files, peering_priority=20, **common)
-    async with run_operator(kmock, low) as standby, run_operator(kmock, high) as leader:
-        standby_server = standby.operator.report_server
-        assert standby_server is not None and standby_server.leadership is not None
-        await wait_for(lambda: standby_server.leadership.leader_endpoint == f"127.0.0.1:{leader.report_port}",
-                       timeout=20)
-        annotations = kmock.objects["kopf.dev/v1/clusterkopfpeerings", None, PEERING]["metadata"]["annotations"]
-        assert annotations == {"report-endpoint.lockstep.dev/10": f"127.0.0.1:{standby.report_port}",
-                               "report-endpoint.lockstep.dev/20": f"127.0.0.1:{leader.report_port}"}
-        assert await _ready(standby, tls_files) == 200
-
-        sidecar = sidecar_for(standby, tokens, tls_files, "p1")
-        status, answer = await sidecar.post(make_report())
-        assert (status, answer["verdict"]["reason"]) == (202, "Verified")
-        await wait_for(lambda: verdict_of(kmock, "p1") == ("True", "Verified"))
-        # The leader judged and wrote it (the standby's watches are paused: it could not have).
-        assert standby_server.relay is not None and standby_server.relay.relayed == 1
-        assert leader.operator.reconciler.tracks  # type: ignore[union-attr]
-        assert not standby.operator.reconciler.tracks  # type: ignore[union-attr]
-        # Refusals come back as the leader gave them: a replay through the standby is still a replay.
-        status, answer = await sidecar.post(None, raw=json.dumps(sidecar.stamp(make_report()) | {"sequence": 1}).encode())
-        assert (status, answer["reason"]) == (409, "Replayed")
-        # A relayed report is never relayed again (two replicas that both think the other leads).
-        status, answer = await sidecar.post(make_report(), headers={"Lockstep-Relayed-For": "10.0.0.1"})
-        assert (status, answer["reason"]) == (503, "NotServing")
+def _pod_writes(emulator: Emulator, pod: str) -> int:
+    return len([request for request in emulator["patch", kmock.resource("v1/pods"), kmock.subresource("status")]
+                if f"/pods/{pod}/" in str(request.url)])
 
 
 def make_report() -> dict[str, object]:
@@ -121,3 +66,56 @@ def make_report() -> dict[str, object]:
     from lockstep.core.report import Observation
 
     return Observation.of_interface(Interface.from_document({"tools": TOOLS}), "2026-11-22T02:00:00Z").to_dict()
+
+
+async def test_every_replica_serves_and_each_resource_has_one_writer(
+        kmock: Emulator, tokens: TokenBook, tls_files: TlsFiles) -> None:
+    """Before issue 18: only the kopf leader served reports; the standby answered 503, and a new pod once
+    waited 104 s behind eleven of them on a real node."""
+    await _peering(kmock)
+    low_name, high_name = _resource_owned_by(LOW), _resource_owned_by(HIGH)
+    await create_objects(
+        kmock, make_resource([{"tools": TOOLS}], name=low_name, selector={"matchLabels": {"app": "low"}}),
+        make_resource([{"tools": TOOLS}], name=high_name, selector={"matchLabels": {"app": "high"}}),
+        make_pod("p-low", {"app": "low"}), make_pod("p-high", {"app": "high"}))
+    common = {"peering_name": PEERING, "advertise_address": "127.0.0.1", "operator_ca_path": str(tls_files.cert)}
+    async with run_operator(kmock, operator_config(tls_files, peering_priority=LOW, **common)) as low, \
+            run_operator(kmock, operator_config(tls_files, peering_priority=HIGH, **common)) as high:
+        for replica in (low, high):
+            membership = replica.operator.membership
+            assert membership is not None
+            await wait_for(lambda: len(membership.members) == 2, timeout=20)  # noqa: B023
+        status = kmock.objects["kopf.dev/v1/clusterkopfpeerings", None, PEERING]["status"]
+        assert {entry["endpoint"] for entry in status.values()} == {
+            f"127.0.0.1:{low.report_port}", f"127.0.0.1:{high.report_port}"}
+        assert await _ready(low, tls_files) == 200 and await _ready(high, tls_files) == 200
+
+        # Each pod's report, sent to the replica that does not own it, is judged by the one that does.
+        for pod, sent_to, owned_by in (("p-low", high, low), ("p-high", low, high)):
+            sidecar = sidecar_for(sent_to, tokens, tls_files, pod)
+            answer_status, answer = await sidecar.post(make_report())
+            assert (answer_status, answer["verdict"]["reason"]) == (202, "Verified")
+            await wait_for(lambda: verdict_of(kmock, pod) == ("True", "Verified"))  # noqa: B023
+            assert (NAMESPACE, pod) in owned_by.operator.reconciler.tracks  # type: ignore[union-attr]
+            assert (NAMESPACE, pod) not in sent_to.operator.reconciler.tracks  # type: ignore[union-attr]
+            assert sent_to.operator.report_server.relay.relayed >= 1  # type: ignore[union-attr]
+            # A replay is refused by the owner, whichever replica it reaches.
+            replay = json.dumps({**sidecar.stamp(make_report()), "sequence": 1}).encode()
+            assert (await sidecar.post(None, raw=replay))[1]["reason"] == "Replayed"
+        # A report relayed already is never relayed again (replicas that disagree for a moment on owners).
+        status_code, answer = await sidecar_for(high, tokens, tls_files, "p-low").post(
+            make_report(), headers={"Lockstep-Relayed-For": "10.0.0.1"})
+        assert (status_code, answer["reason"]) == (503, "NotServing")
+        assert _pod_writes(kmock, "p-low") == 1 and _pod_writes(kmock, "p-high") == 1
+
+        # The low replica stops (a rolling update): the high one takes its resource over from what the
+        # cluster holds, and the pod's next report is judged there, with no write (nothing flipped).
+        low.stop.set()
+        high_reconciler = high.operator.reconciler
+        assert high_reconciler is not None
+        await wait_for(lambda: high_reconciler.owns_resource((NAMESPACE, low_name)), timeout=30)
+        answer_status, answer = await sidecar_for(high, tokens, tls_files, "p-low").post(make_report())
+        assert (answer_status, answer["verdict"]["reason"]) == (202, "Verified")
+        assert (NAMESPACE, "p-low") in high_reconciler.tracks
+        assert _pod_writes(kmock, "p-low") == 1
+        assert verdict_of(kmock, "p-low") == ("True", "Verified")
