@@ -19,7 +19,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from lockstep.core.digest import component_digest
+from lockstep.core.digest import ComponentDigest, component_digest
 from lockstep.core.errors import InterfaceError
 from lockstep.core.ignore import IgnoreRules, parse_ignore_rules
 from lockstep.core.model import INSTRUCTIONS_NAME, Component, ComponentKind
@@ -81,10 +81,16 @@ class ComponentGate:
 
     @classmethod
     def of(cls, revisions: Iterable[Revision], ignore: IgnoreRules | Iterable[str] | None = None) -> ComponentGate:
+        return cls.of_components((component for revision in revisions for component in revision.digest.components),
+                                 ignore)
+
+    @classmethod
+    def of_components(cls, components: Iterable[ComponentDigest],
+                      ignore: IgnoreRules | Iterable[str] | None = None) -> ComponentGate:
+        """The gate that passes these component digests (the operator's answer to a proxy's report)."""
         approved: dict[tuple[ComponentKind, str], set[str]] = {}
-        for revision in revisions:
-            for component in revision.digest.components:
-                approved.setdefault((component.kind, component.name), set()).add(component.digest)
+        for component in components:
+            approved.setdefault((component.kind, component.name), set()).add(component.digest)
         return cls({key: frozenset(digests) for key, digests in approved.items()}, parse_ignore_rules(ignore))
 
     def approved_digests(self, kind: ComponentKind, key: str) -> tuple[str, ...]:

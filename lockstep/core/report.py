@@ -12,7 +12,11 @@ Wire form (JSON)::
      "bootId": "9f0c…",                        # freshness, stamped on every send (see Freshness)
      "bootTime": "2026-11-22T01:59:58Z",
      "sequence": 17,
-     "sentAt": "2026-11-22T02:00:00Z"}
+     "sentAt": "2026-11-22T02:00:00Z",
+     "proxy": {"withheld": [...], "dropped": 0}}  # only from a sidecar that runs the proxy (ProxyReport)
+
+The sidecar writes it with :func:`report_body`; the operator reads each part with its record's
+``from_dict`` (Observation, Freshness, ProxyReport).
 
 The pod is never named in the body: the operator takes it from the caller's
 reviewed token. When ``definitions`` is present the operator digests it again
@@ -45,6 +49,7 @@ __all__ = [
     "ProxyReport",
     "ReportError",
     "WithheldComponent",
+    "report_body",
 ]
 
 DEFAULT_VIEW = "default"
@@ -236,3 +241,11 @@ def _withheld(entry: Any) -> WithheldComponent:
         raise ReportError("a proxy.withheld entry needs a count from 1")
     return WithheldComponent(str(texts["component"]), str(texts["reason"]), str(texts["digest"]),
                              str(texts["action"]), str(texts["client"]), int(entry["count"]))
+
+
+def report_body(observation: Observation, freshness: Freshness, proxy: ProxyReport | None = None, *,
+                with_definitions: bool = True) -> dict[str, Any]:
+    """The body of ``POST /v1/reports``: the observation (digest-only when not ``with_definitions``), its
+    freshness, and the proxy section of a sidecar that runs the proxy."""
+    return {**observation.to_dict(with_definitions=with_definitions), **freshness.to_dict(),
+            **(proxy.to_dict() if proxy is not None else {})}

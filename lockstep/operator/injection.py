@@ -23,23 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lockstep.core.capabilities import format_client_capabilities
 from lockstep.core.conditions import CONDITION_TYPE
 from lockstep.core.names import (
-    ENV_HEADERS_DIR,
-    ENV_INTERFACE,
-    ENV_MCP_PATH,
-    ENV_MCP_PORT,
-    ENV_MCP_TRANSPORT,
-    ENV_MCP_URL,
-    ENV_OPERATOR_CA,
-    ENV_OPERATOR_URL,
-    ENV_PROBE_CLIENT_CAPABILITIES,
-    ENV_PROBE_INTERVAL,
-    ENV_PROBE_TIMEOUT,
-    ENV_PROXY_PORT,
-    ENV_SIDECAR_PORT,
-    ENV_TOKEN_PATH,
     HEADERS_DIR,
     INJECT_LABEL,
     INTERFACE_ANNOTATION,
@@ -59,6 +44,7 @@ from lockstep.core.spec import (
     probe_timeout,
     proxy_port,
 )
+from lockstep.core.wire import DEFAULT_SIDECAR_PORT, SidecarEnv
 
 __all__ = [
     "DEFAULT_SIDECAR_PORT",
@@ -74,7 +60,7 @@ __all__ = [
     "TOKEN_VOLUME",
     "Binding",
     "BindingError",
-    "SidecarSettings",
+    "InjectionSettings",
     "parse_duration",
     "plan_injection",
     "planned_sidecar",
@@ -94,7 +80,6 @@ TOKEN_VOLUME = "lockstep-token"
 HEADERS_VOLUME = "lockstep-headers"
 NO_API_TOKEN_VOLUME = "lockstep-no-api-token"
 API_TOKEN_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
-DEFAULT_SIDECAR_PORT = 9090
 NONROOT_ID = 65532  # the image's numeric user, so runAsNonRoot can verify it
 #: World-readable: without an fsGroup, or one runAsUser shared by every container, the kubelet writes
 #: projected and Secret volume files as root:root with this mode, and the sidecar runs as NONROOT_ID.
@@ -106,8 +91,8 @@ JSONPatchOp = dict[str, Any]
 
 
 @dataclass(frozen=True)
-class SidecarSettings:
-    """Operator-wide settings of the injected sidecar."""
+class InjectionSettings:
+    """Operator-wide settings of the injected sidecar (its environment is lockstep.core.wire.SidecarEnv)."""
 
     image: str
     report_url: str
@@ -118,7 +103,7 @@ class SidecarSettings:
     image_pull_policy: str = "IfNotPresent"
 
 
-def plan_injection(pod: Mapping[str, Any], settings: SidecarSettings, binding: Binding) -> list[JSONPatchOp]:
+def plan_injection(pod: Mapping[str, Any], settings: InjectionSettings, binding: Binding) -> list[JSONPatchOp]:
     """JSON Patch operations that inject Lockstep into ``pod``; empty when it is already injected."""
     spec = pod.get("spec") or {}
     gates = [] if _has_gate(spec) else [{"conditionType": READINESS_GATE}]
@@ -132,14 +117,14 @@ def plan_injection(pod: Mapping[str, Any], settings: SidecarSettings, binding: B
     return ops
 
 
-def planned_sidecar(pod: Mapping[str, Any], settings: SidecarSettings, binding: Binding) -> dict[str, Any]:
+def planned_sidecar(pod: Mapping[str, Any], settings: InjectionSettings, binding: Binding) -> dict[str, Any]:
     """The exact sidecar container Lockstep injects into ``pod`` (planned as if none were there)."""
     spec = dict(pod.get("spec") or {})
     spec["initContainers"] = [c for c in spec.get("initContainers") or [] if c.get("name") != SIDECAR_NAME]
     return _sidecar_container(spec, settings, binding)
 
 
-def planned_token_volume(settings: SidecarSettings) -> dict[str, Any]:
+def planned_token_volume(settings: InjectionSettings) -> dict[str, Any]:
     return _token_volume(settings)
 
 
@@ -159,7 +144,7 @@ def _has_named(entries: Sequence[Mapping[str, Any]] | None, name: str) -> bool:
     return any(entry.get("name") == name for entry in entries or [])
 
 
-def _missing_volumes(spec: Mapping[str, Any], settings: SidecarSettings,
+def _missing_volumes(spec: Mapping[str, Any], settings: InjectionSettings,
                      binding: Binding) -> list[dict[str, Any]]:
     wanted = [_token_volume(settings), _no_api_token_volume()]
     if binding.headers_secret:
@@ -176,14 +161,14 @@ def _no_api_token_volume() -> dict[str, Any]:
     return {"name": NO_API_TOKEN_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Ki"}}
 
 
-def _token_volume(settings: SidecarSettings) -> dict[str, Any]:
+def _token_volume(settings: InjectionSettings) -> dict[str, Any]:
     token = {"audience": TOKEN_AUDIENCE, "path": "token",
              "expirationSeconds": max(MIN_TOKEN_EXPIRATION, settings.token_expiration_seconds)}
     return {"name": TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": token}],
                                                 "defaultMode": SIDECAR_FILE_MODE}}
 
 
-def _sidecar_container(spec: Mapping[str, Any], settings: SidecarSettings,
+def _sidecar_container(spec: Mapping[str, Any], settings: InjectionSettings,
                        binding: Binding) -> dict[str, Any]:
     mcp_port = _resolve_port(spec, binding.port)
     if binding.proxy_port is not None and binding.proxy_port in {mcp_port, *_declared_ports(spec).values()}:
@@ -225,35 +210,24 @@ def _sidecar_container(spec: Mapping[str, Any], settings: SidecarSettings,
     return container
 
 
-def _sidecar_env(settings: SidecarSettings, binding: Binding, mcp_port: int,
+def _sidecar_env(settings: InjectionSettings, binding: Binding, mcp_port: int,
                  port: int) -> list[dict[str, str]]:
-    """Every variable the sidecar reads, empty ones included: the kubelet's Service links inject
-    ``<SERVICE>_PORT=tcp://...`` for every Service in the namespace (a Service ``lockstep-proxy`` gives
-    ``LOCKSTEP_PROXY_PORT``), and only a variable the container sets itself takes precedence over them."""
-    values = {
-        ENV_MCP_URL: "",
-        ENV_MCP_PORT: str(mcp_port),
-        ENV_MCP_PATH: binding.path,
-        ENV_MCP_TRANSPORT: binding.transport,
-        ENV_INTERFACE: binding.interface,
-        ENV_PROBE_INTERVAL: _seconds(binding.interval_seconds),
-        ENV_PROBE_TIMEOUT: _seconds(binding.timeout_seconds),
-        ENV_OPERATOR_URL: settings.report_url,
-        ENV_TOKEN_PATH: TOKEN_PATH,
-        ENV_OPERATOR_CA: settings.operator_ca,
-        ENV_HEADERS_DIR: HEADERS_DIR if binding.headers_secret else "",
-        ENV_SIDECAR_PORT: str(port),
-        ENV_PROXY_PORT: str(binding.proxy_port) if binding.proxy_port is not None else "",
-        ENV_PROBE_CLIENT_CAPABILITIES: (format_client_capabilities(binding.client_capabilities)
-                                        if binding.client_capabilities is not None else ""),
-    }
-    # An empty value as the API server stores it (EnvVar.value is omitempty): a re-invoked webhook then
-    # finds exactly what it planned. The kubelet sets such a variable to the empty string.
-    return [{"name": name, "value": value} if value else {"name": name} for name, value in values.items()]
-
-
-def _seconds(value: float) -> str:
-    return str(int(value)) if value == int(value) else str(value)
+    """Every variable the sidecar reads, empty ones included (SidecarEnv.to_env says why)."""
+    return SidecarEnv(
+        operator_url=settings.report_url,
+        mcp_port=mcp_port,
+        mcp_path=binding.path,
+        transport=binding.transport,
+        interface=binding.interface,
+        interval=binding.interval_seconds,
+        timeout=binding.timeout_seconds,
+        token_path=TOKEN_PATH,
+        operator_ca=settings.operator_ca,
+        headers_dir=HEADERS_DIR if binding.headers_secret else None,
+        port=port,
+        proxy_port=binding.proxy_port,
+        client_capabilities=binding.client_capabilities,
+    ).to_env()
 
 
 def _declared_ports(spec: Mapping[str, Any]) -> dict[str, int]:

@@ -16,6 +16,7 @@ from lockstep.operator.judge import Enforcement, short_digest
 from lockstep.operator.status import ResourceMemory, now_iso
 
 from lockstep.core.report import ProxyReport
+from lockstep.core.wire import ApprovedComponents
 
 if TYPE_CHECKING:
     from lockstep.operator.cache import ClusterCache, PodRecord, ResourceRecord
@@ -41,7 +42,7 @@ class Quarantine:
     memory: dict[Key, ResourceMemory]
     _dirty: set[Key]
     #: The approved components each resource's proxies are sent, with the judging key they were built for.
-    _approved_answers: dict[Key, tuple[tuple[Any, ...], dict[str, Any]]]
+    _approved_answers: dict[Key, tuple[tuple[Any, ...], ApprovedComponents]]
     #: Services by (namespace, name): their selector and target ports (numbers or names, as text).
     services: dict[Key, tuple[dict[str, str], tuple[str, ...]]]
 
@@ -67,20 +68,24 @@ class Quarantine:
                 memory.withheld = [entry, *(e for e in memory.withheld if _withheld_key(e) != key)][:WITHHELD_KEPT]
             self._dirty.add(record.key)
 
-    def approved_components(self, pod: PodRecord) -> dict[str, Any] | None:
-        """What the proxy of ``pod`` may let through: every approved component digest, and the ignore rules."""
+    def approved_for(self, pod: PodRecord) -> ApprovedComponents | None:
+        """What the proxy of ``pod`` may let through: every approved component digest, and the ignore rules;
+        None when none or several resources select the pod (the proxy keeps withholding everything)."""
         resources = self.cache.selecting(pod)
         if len(resources) != 1:
-            return None  # none or a conflict: the proxy keeps withholding everything
+            return None
         policy = resources[0].policy
         cached = self._approved_answers.get(resources[0].key)
         if cached is None or cached[0] != policy.judging_key:  # built once per change of what is approved
-            components = sorted({(c.kind.value, c.name, c.digest) for revision in policy.effective_approved
-                                 for c in revision.digest.components})
-            answer = {"ignore": list(policy.ignore), "components": [
-                {"kind": kind, "name": name, "digest": digest} for kind, name, digest in components]}
-            cached = self._approved_answers[resources[0].key] = (policy.judging_key, answer)
+            cached = self._approved_answers[resources[0].key] = (
+                policy.judging_key, ApprovedComponents.of(policy.effective_approved, policy.ignore))
         return cached[1]
+
+    def approved_components(self, pod: PodRecord) -> dict[str, Any] | None:
+        """The wire form of :meth:`approved_for`, for reports.py until it answers with
+        lockstep.core.wire.ReportAnswer (then this goes)."""
+        approved = self.approved_for(pod)
+        return approved.to_dict() if approved is not None else None
 
     async def on_service(self, event_type: str, body: Mapping[str, Any]) -> None:
         """Keep the Services: in enforcement Quarantine, one that targets a port past the proxy is reported."""

@@ -40,7 +40,7 @@ from lockstep.operator.events import build_event
 from lockstep.operator.injection import (
     Binding,
     BindingError,
-    SidecarSettings,
+    InjectionSettings,
     plan_injection,
     planned_sidecar,
     planned_token_volume,
@@ -174,10 +174,10 @@ def _bind(interface: Mapping[str, Any]) -> Resolution:
                           "InterfaceUnusable")
 
 
-def sidecar_settings(config: Any) -> SidecarSettings:
+def sidecar_settings(config: Any) -> InjectionSettings:
     """The sidecar settings from the operator's configuration (the CA is read again on every call)."""
     ca_path = getattr(config, "operator_ca_path", None)
-    return SidecarSettings(
+    return InjectionSettings(
         image=config.sidecar_image,
         report_url=config.report_url,
         operator_ca=Path(ca_path).read_text() if ca_path else "",
@@ -283,7 +283,7 @@ async def _warn(pod: Mapping[str, Any], namespace: str, resolution: Resolution, 
             await posted
 
 
-def _plan(pod: Mapping[str, Any], settings: SidecarSettings, resolution: Resolution,
+def _plan(pod: Mapping[str, Any], settings: InjectionSettings, resolution: Resolution,
           warnings: list[str]) -> tuple[list[dict[str, Any]], Binding]:
     try:
         return plan_injection(pod, settings, resolution.binding), resolution.binding

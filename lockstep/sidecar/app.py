@@ -13,7 +13,7 @@ import httpx2
 from lockstep.sidecar.health import HealthServer
 from lockstep.sidecar.metrics import SidecarMetrics
 from lockstep.sidecar.prober import Prober
-from lockstep.sidecar.proxy import WithheldLog, gate_from_answer
+from lockstep.sidecar.proxy import WithheldLog
 from lockstep.sidecar.reporter import Delivery, Reporter
 from lockstep.sidecar.settings import SidecarSettings
 
@@ -65,9 +65,7 @@ async def running_sidecar(settings: SidecarSettings, *, host: str = "0.0.0.0",
 
     def delivered(delivery: Delivery) -> None:
         if proxy is not None and delivery.approved is not None:
-            gate = gate_from_answer(delivery.approved)
-            if gate is not None:
-                proxy.policy.gate = gate
+            proxy.policy.gate = delivery.approved.gate()  # a malformed answer was refused whole: no approved
         if on_delivered is not None:
             on_delivered(delivery)
 

@@ -2,26 +2,17 @@
 MCP server in this pod, with the operator as the source of what is approved.
 
 The gate starts empty, so until the operator's first answer every component is withheld (fail
-closed). Each report's answer carries every approved component digest (and the ignore rules); the
-gate is replaced with it. What the proxy withholds is counted here and sent with the next report.
+closed). Each report's answer carries every approved component digest and the ignore rules
+(lockstep.core.wire.ApprovedComponents); lockstep.sidecar.app replaces the gate with it. What the
+proxy withholds is counted here and sent with the next report.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping
-from typing import Any
-
-from lockstep.core.errors import LockstepError
-from lockstep.core.gate import ComponentGate
-from lockstep.core.ignore import parse_ignore_rules
-from lockstep.core.model import ComponentKind
 from lockstep.core.report import MAX_PROXY_ENTRIES, ProxyReport, WithheldComponent
 from lockstep.proxy.policy import Finding
 
-__all__ = ["WithheldLog", "gate_from_answer"]
-
-logger = logging.getLogger("lockstep.sidecar")
+__all__ = ["WithheldLog"]
 
 _Key = tuple[str, str, str, str, str]  # component, reason, digest, action, client
 
@@ -56,18 +47,3 @@ class WithheldLog:
             self._counts[key] = self._counts.get(key, 0) + count
         else:
             self._dropped += count  # a report holds at most MAX_PROXY_ENTRIES entries
-
-
-def gate_from_answer(approved: Mapping[str, Any]) -> ComponentGate | None:
-    """The gate the operator's answer describes; None (keep the current one) when it is malformed."""
-    try:
-        components = approved["components"]
-        digests: dict[tuple[ComponentKind, str], set[str]] = {}
-        for entry in components:
-            kind, name, digest = ComponentKind(entry["kind"]), str(entry["name"]), str(entry["digest"])
-            digests.setdefault((kind, name), set()).add(digest)
-        ignore = parse_ignore_rules([str(pointer) for pointer in approved.get("ignore") or []])
-    except (KeyError, TypeError, ValueError, LockstepError) as error:
-        logger.error("The operator's list of approved components is unusable, keeping the last one: %s", error)
-        return None
-    return ComponentGate({key: frozenset(value) for key, value in digests.items()}, ignore)

@@ -20,14 +20,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import httpx2
 from lockstep.sidecar.metrics import SidecarMetrics
 from lockstep.sidecar.proxy import WithheldLog
 
 from lockstep.core.digest import InterfaceDigest
-from lockstep.core.report import Freshness, Observation, ProxyReport
+from lockstep.core.report import Freshness, Observation, ProxyReport, report_body
+from lockstep.core.wire import AnswerVerdict, ApprovedComponents, ReportAnswer
 
 __all__ = ["Delivery", "Reporter", "next_retry"]
 
@@ -48,9 +48,17 @@ class Delivery:
 
     observation: Observation
     status: int
-    verdict: dict[str, Any] | None
-    #: In proxy mode: the approved components the operator answered with (the proxy's gate).
-    approved: dict[str, Any] | None = None
+    #: The answer to an accepted report (None: refused, or an answer the sidecar cannot use).
+    answer: ReportAnswer | None = None
+
+    @property
+    def verdict(self) -> AnswerVerdict | None:
+        return self.answer.verdict if self.answer is not None else None
+
+    @property
+    def approved(self) -> ApprovedComponents | None:
+        """In proxy mode: the approved components the operator answered with (the proxy's gate)."""
+        return self.answer.approved if self.answer is not None else None
 
 
 class TokenUnavailableError(OSError):
@@ -124,8 +132,7 @@ class Reporter:
         digests_only = observation.digest is not None and observation.digest == self._accepted
         try:
             freshness = Freshness(self.boot_id, self.boot_time, next(self._sequence), _utc_now())
-            body = {**observation.to_dict(with_definitions=not digests_only), **freshness.to_dict(),
-                    **(proxy.to_dict() if proxy else {})}
+            body = report_body(observation, freshness, proxy, with_definitions=not digests_only)
             response = await self._client.post(self._url, json=body,
                                                headers={"Authorization": f"Bearer {self._read_token()}"})
         except (httpx2.HTTPError, OSError) as error:
@@ -144,9 +151,9 @@ class Reporter:
             self._put_back(proxy)
             return await self._attempt(observation)
         accepted = 200 <= response.status_code < 300
-        answer = _answer(response) if accepted else {}
+        answer = _answer(response) if accepted else None
         # Digests only from now on, if the operator says it takes them (an older one judges them as reported).
-        self._accepted = observation.digest if accepted and answer.get("digests") is True else None
+        self._accepted = observation.digest if answer is not None and answer.digests else None
         if self._failing is not None:
             since, count = self._failing
             logger.info("Operator reached again after %d failed attempts in %.0fs", count,
@@ -157,8 +164,7 @@ class Reporter:
             logger.error("Operator refused the report: %s %s", response.status_code, _one_line(response.text))
             if response.status_code in RETRIED_REJECTIONS:
                 self._put_back(proxy)
-        self.last_delivery = Delivery(observation, response.status_code, _object(answer.get("verdict")),
-                                      _object(answer.get("approved")))
+        self.last_delivery = Delivery(observation, response.status_code, answer)
         if self._on_delivered is not None:
             self._on_delivered(self.last_delivery)
         return _retry_after(response) if response.status_code in RETRIED_REJECTIONS else None
@@ -210,16 +216,14 @@ def _retry_after(response: httpx2.Response) -> float:
         return 0.0
 
 
-def _answer(response: httpx2.Response) -> dict[str, Any]:
+def _answer(response: httpx2.Response) -> ReportAnswer | None:
+    """The operator's answer to an accepted report; None when it cannot be used (logged): the sidecar then
+    sends full reports and its proxy keeps the gate it has (fail closed)."""
     try:
-        body = response.json()
-    except ValueError:
-        return {}
-    return body if isinstance(body, dict) else {}
-
-
-def _object(value: Any) -> dict[str, Any] | None:
-    return value if isinstance(value, dict) else None
+        return ReportAnswer.from_dict(response.json())
+    except ValueError as error:  # not JSON, or AnswerError
+        logger.error("The operator's answer is unusable, ignoring it: %s", _one_line(error))
+        return None
 
 
 def _one_line(value: object, limit: int = 200) -> str:

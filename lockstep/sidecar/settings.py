@@ -1,7 +1,10 @@
 """The sidecar's settings, read from the ``LOCKSTEP_*`` environment the webhook sets.
 
-See the table "Sidecar environment" in ``docs/architecture.md``.
-``LOCKSTEP_OPERATOR_CA`` holds either the PEM text of the CA bundle (what the
+The variables, their defaults and their checks are those of :class:`lockstep.core.wire.SidecarEnv`, the
+record the webhook writes (``to_env``) and the sidecar reads (``from_env``); see the table "Sidecar
+environment" in ``docs/architecture.md``. This class adds what only a running sidecar needs: resolved
+values (the MCP URL, paths, the default client capabilities) and the files it reads (the operator's CA,
+the MCP request headers). ``LOCKSTEP_OPERATOR_CA`` holds either the PEM text of the CA bundle (what the
 webhook injects) or the path of a file that holds it.
 """
 
@@ -12,16 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from lockstep.core.capabilities import DEFAULT_CLIENT_CAPABILITIES, parse_client_capabilities
+from lockstep.core.capabilities import DEFAULT_CLIENT_CAPABILITIES
+from lockstep.core.wire import SettingsError, SidecarEnv
 
 __all__ = ["SettingsError", "SidecarSettings"]
-
-TRANSPORTS = ("streamable-http", "sse")
-DEFAULT_TOKEN_PATH = "/var/run/secrets/lockstep.dev/token"
-
-
-class SettingsError(ValueError):
-    """A ``LOCKSTEP_*`` variable the sidecar cannot use."""
 
 
 @dataclass(frozen=True)
@@ -43,29 +40,25 @@ class SidecarSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> SidecarSettings:
-        transport = env.get("LOCKSTEP_MCP_TRANSPORT") or "streamable-http"
-        if transport not in TRANSPORTS:
-            raise SettingsError(f"LOCKSTEP_MCP_TRANSPORT must be one of {', '.join(TRANSPORTS)}, not {transport!r}")
-        port = _number(env, "LOCKSTEP_MCP_PORT", 8080)
-        path = env.get("LOCKSTEP_MCP_PATH") or "/mcp"
-        url = env.get("LOCKSTEP_MCP_URL") or f"http://127.0.0.1:{int(port)}/{path.lstrip('/')}"
-        operator_url = env.get("LOCKSTEP_OPERATOR_URL", "").rstrip("/")
-        if not operator_url:
-            raise SettingsError("LOCKSTEP_OPERATOR_URL is not set")
-        headers_dir = env.get("LOCKSTEP_HEADERS_DIR")
+        """Raises SettingsError naming the first variable it cannot use."""
+        return cls.of(SidecarEnv.from_env(env))
+
+    @classmethod
+    def of(cls, env: SidecarEnv) -> SidecarSettings:
         return cls(
-            mcp_url=url,
-            transport=transport,
-            interface=env.get("LOCKSTEP_INTERFACE", ""),
-            interval=_positive(env, "LOCKSTEP_PROBE_INTERVAL", 60.0),
-            timeout=_positive(env, "LOCKSTEP_PROBE_TIMEOUT", 10.0),
-            operator_url=operator_url,
-            token_path=Path(env.get("LOCKSTEP_TOKEN_PATH") or DEFAULT_TOKEN_PATH),
-            operator_ca=env.get("LOCKSTEP_OPERATOR_CA", ""),
-            headers_dir=Path(headers_dir) if headers_dir else None,
-            port=int(_number(env, "LOCKSTEP_SIDECAR_PORT", 9090)),
-            proxy_port=_proxy_port(env),
-            client_capabilities=_client_capabilities(env),
+            mcp_url=env.endpoint,
+            transport=env.transport,
+            interface=env.interface,
+            interval=env.interval,
+            timeout=env.timeout,
+            operator_url=env.operator_url,
+            token_path=Path(env.token_path),
+            operator_ca=env.operator_ca,
+            headers_dir=Path(env.headers_dir) if env.headers_dir else None,
+            port=env.port,
+            proxy_port=env.proxy_port,
+            client_capabilities=(env.client_capabilities if env.client_capabilities is not None
+                                 else DEFAULT_CLIENT_CAPABILITIES),
         )
 
     @property
@@ -87,40 +80,3 @@ class SidecarSettings:
             return {}
         return {entry.name: entry.read_text().strip() for entry in sorted(self.headers_dir.iterdir())
                 if entry.is_file() and not entry.name.startswith(".")}
-
-
-def _client_capabilities(env: Mapping[str, str]) -> tuple[str, ...]:
-    """``LOCKSTEP_PROBE_CLIENT_CAPABILITIES``: ``sampling,elicitation,roots``, ``none``; empty: the default."""
-    raw = env.get("LOCKSTEP_PROBE_CLIENT_CAPABILITIES", "").strip()
-    if not raw:
-        return DEFAULT_CLIENT_CAPABILITIES
-    try:
-        return parse_client_capabilities(raw)
-    except ValueError as error:
-        raise SettingsError(f"LOCKSTEP_PROBE_CLIENT_CAPABILITIES: {error}") from None
-
-
-def _proxy_port(env: Mapping[str, str]) -> int | None:
-    if not env.get("LOCKSTEP_PROXY_PORT"):
-        return None
-    port = _number(env, "LOCKSTEP_PROXY_PORT", 0)
-    if port != int(port) or not 0 < port < 65536:
-        raise SettingsError(f"LOCKSTEP_PROXY_PORT must be a port number, not {env['LOCKSTEP_PROXY_PORT']!r}")
-    return int(port)
-
-
-def _number(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise SettingsError(f"{name} must be a number, not {raw!r}") from None
-
-
-def _positive(env: Mapping[str, str], name: str, default: float) -> float:
-    value = _number(env, name, default)
-    if value <= 0:
-        raise SettingsError(f"{name} must be positive, not {value}")
-    return value

@@ -58,11 +58,11 @@ def test_a_misspelt_custom_resource_field_fails_validation(render: Render) -> No
 
 
 def test_the_pod_monitor_scrapes_the_port_the_webhook_gives_the_sidecar(render: Render) -> None:
-    from lockstep.operator.injection import DEFAULT_SIDECAR_PORT, Binding, SidecarSettings, plan_injection
+    from lockstep.operator.injection import DEFAULT_SIDECAR_PORT, Binding, InjectionSettings, plan_injection
 
     monitor = one(render(ALL_ON), "PodMonitor")
     pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "app"}]}}
-    ops = plan_injection(pod, SidecarSettings(image="i", report_url="https://x"), Binding())
+    ops = plan_injection(pod, InjectionSettings(image="i", report_url="https://x"), Binding())
     sidecar = next(op["value"][0] for op in ops if op["path"] == "/spec/initContainers")
     assert [p["name"] for p in sidecar["ports"]] == [monitor["spec"]["podMetricsEndpoints"][0]["port"]]
     assert sidecar["ports"][0]["containerPort"] == DEFAULT_SIDECAR_PORT

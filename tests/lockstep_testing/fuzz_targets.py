@@ -67,12 +67,12 @@ def report_parser(value: Any) -> None:
 def admission_handler(value: Any) -> None:
     """The pure admission decisions on any pod-shaped (or not) object."""
     from lockstep.operator.admission_policy import update_violations, violations
-    from lockstep.operator.injection import Binding, BindingError, SidecarSettings, plan_injection
+    from lockstep.operator.injection import Binding, BindingError, InjectionSettings, plan_injection
     from lockstep.operator.webhooks import resolve_binding
 
     if not _pod_typed(value):
         return
-    settings = SidecarSettings(image="img", report_url="https://operator")
+    settings = InjectionSettings(image="img", report_url="https://operator")
     _expect((BindingError,), lambda: plan_injection(value, settings, Binding()), "plan_injection")
     _expect((), lambda: violations(value, planned_sidecar={"name": "lockstep-sidecar"}, planned_token_volume=None),
             "violations")

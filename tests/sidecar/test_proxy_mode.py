@@ -59,6 +59,22 @@ async def test_until_the_operator_answers_everything_is_withheld(
     assert seen.tools == [] and seen.instructions is None
 
 
+async def test_a_malformed_answer_never_widens_what_the_proxy_lets_through(
+        mcp: McpServerHandle, operator: OperatorStandIn, certificates: Certificates, token_file: Path,
+        caplog: pytest.LogCaptureFixture) -> None:
+    approved = await approved_answer(mcp.url)  # the probe's clean face: tool_0 and tool_2 pass, if taken
+    approved["components"][0]["note"] = "a key the answer does not have"  # refused whole, not in part
+    operator.approved = approved
+    port = free_port()
+    env = sidecar_env(mcp.url, operator.url, certificates.ca_pem, token_file, LOCKSTEP_PROXY_PORT=str(port))
+    async with running_sidecar(SidecarSettings.from_env(env), host="127.0.0.1") as sidecar:
+        delivery = await eventually(lambda: sidecar.reporter.last_delivery, what="the first answer")
+        seen = await agent_read(f"http://127.0.0.1:{port}/mcp", client_name="claude-code")
+    assert delivery.status == 202 and delivery.answer is None and delivery.approved is None
+    assert seen.tools == [] and seen.instructions is None  # the gate stays empty: fail closed
+    assert "The operator's answer is unusable" in caplog.text and "{kind, name, digest}" in caplog.text
+
+
 def test_a_bad_proxy_port_is_a_settings_error(certificates: Certificates, token_file: Path) -> None:
     from lockstep.sidecar.settings import SettingsError
 

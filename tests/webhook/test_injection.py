@@ -8,7 +8,7 @@ import pytest
 from lockstep.operator.injection import (
     Binding,
     BindingError,
-    SidecarSettings,
+    InjectionSettings,
     parse_duration,
     plan_injection,
     selector_matches,
@@ -51,11 +51,11 @@ def test_binding_defaults_and_unknown_transport() -> None:
 def test_a_named_port_the_pod_lacks_is_an_error() -> None:
     pod = {"spec": {"containers": [{"name": "server"}]}}
     with pytest.raises(BindingError, match="'mcp'"):
-        plan_injection(pod, SidecarSettings(image="i", report_url="https://op"), Binding(port="mcp"))
+        plan_injection(pod, InjectionSettings(image="i", report_url="https://op"), Binding(port="mcp"))
 
 
 def test_token_expiry_is_never_below_the_api_servers_minimum() -> None:
     ops = plan_injection({"spec": {"containers": [{"name": "server"}]}},
-                         SidecarSettings(image="i", report_url="https://op", token_expiration_seconds=60), Binding())
+                         InjectionSettings(image="i", report_url="https://op", token_expiration_seconds=60), Binding())
     [volumes] = [op["value"] for op in ops if op["path"] == "/spec/volumes"]
     assert volumes[0]["projected"]["sources"][0]["serviceAccountToken"]["expirationSeconds"] == 600
