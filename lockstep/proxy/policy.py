@@ -30,6 +30,8 @@ from typing import Any
 from lockstep.core.gate import ComponentGate, GateReason, Verdict
 from lockstep.core.mcp_methods import CALL_METHODS, INTERFACE_METHODS, LIST_METHOD_OF, LIST_METHODS, OPENING_METHODS
 from lockstep.core.model import ComponentKind
+from lockstep.proxy import jsonrpc
+from lockstep.proxy.jsonrpc import REFUSED_CODE, UNKNOWN_COMPONENT_CODE
 
 __all__ = [
     "CALL_METHODS",
@@ -46,10 +48,8 @@ __all__ = [
 # INTERFACE_METHODS and CALL_METHODS are lockstep.core.mcp_methods' (importable from here too).
 _OPENING_METHODS = frozenset(OPENING_METHODS)
 _LIST_KINDS = {method.list_key: method.kind for method in LIST_METHODS}
-#: JSON-RPC error for a call to a withheld component: the MCP spec's code for an unknown tool.
-UNKNOWN_COMPONENT_CODE = -32602
-#: JSON-RPC error (implementation-defined range) for a response refused in ``block`` mode.
-REFUSED_CODE = -32050
+# UNKNOWN_COMPONENT_CODE (a call to a withheld component) and REFUSED_CODE (a response refused in
+# ``block`` mode) are lockstep.proxy.jsonrpc's, importable from here too.
 #: Callers remembered (least recently seen are forgotten first), and components per caller.
 MAX_PRINCIPALS = 4096
 MAX_COMPONENTS_PER_VIEW = 20_000
@@ -240,7 +240,7 @@ def _without(result: dict[str, Any], judged: list[tuple[str, int, Verdict]]) -> 
 def _error(request_id: Any, code: int, message: str, verdicts: list[Verdict]) -> dict[str, Any]:
     data = {"lockstep": [{"component": v.ref, "reason": v.reason.value, "digest": v.digest,
                           "approved": list(v.approved_digests)} for v in verdicts[:20]]}
-    return {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message, "data": data}}
+    return jsonrpc.error(request_id, code, message, data)
 
 
 def _shape_method(result: dict[str, Any]) -> str:
