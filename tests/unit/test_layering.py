@@ -33,5 +33,16 @@ def test_core_imports_only_stdlib_rfc8785_and_itself():
 def test_core_never_imports_the_outer_layers():
     for path in CORE.glob("*.py"):
         source = path.read_text()
-        for outer in ("lockstep.operator", "lockstep.sidecar", "lockstep.cli", "lockstep.reader"):
+        for outer in ("lockstep.operator", "lockstep.sidecar", "lockstep.cli", "lockstep.reader", "lockstep.proxy"):
             assert outer not in source, f"{path.name} depends on {outer}"
+
+
+#: The modules every part shares the design's rules through (issue 19): they are core, so the two tests
+#: above hold for them; names.py imports nothing at all.
+SHARED_RULES = ("names.py", "selection.py", "spec.py", "mcp_methods.py", "enforcement.py", "conditions.py")
+
+
+def test_the_shared_rules_live_in_the_core() -> None:
+    core_modules = {path.name for path in CORE.glob("*.py")}
+    assert set(SHARED_RULES) <= core_modules
+    assert imported_modules(CORE / "names.py") <= {"__future__"}
