@@ -18,6 +18,11 @@ pod's condition is written. Usage::
     python bench/operator.py                       # N=100,M=10 and N=1000,M=10 at 200 reports/s
     python bench/operator.py --sizes 100x10 --rate 300 --seconds 5
     python bench/operator.py --backend both         # also on a real control plane (KUBEBUILDER_ASSETS)
+    python bench/operator.py --backend real --sizes 1000x10 --every-pod   # 10,000 pods, each reports once a phase
+
+Each phase sends ``--rate`` x ``--seconds`` reports, one per pod (spread over every resource); with
+``--every-pod`` every pod of N x M reports once per phase, whatever ``--seconds``. After the main table,
+a second one gives the costs per verdict change (first, drift) and per steady report (steady, digests).
 
 With ``--backend real`` the API is a real kube-apiserver + etcd + kube-controller-manager: the
 resources and pods are created through it, each reporting pod's token comes from the TokenRequest API
@@ -304,6 +309,11 @@ async def run_phase(name: str, targets: Sequence[tuple[str, dict[str, Any]]], ur
     return Phase(name, len(targets), ok, elapsed, latencies)
 
 
+def reporting(resources: int, replicas: int, rate: float, seconds: float) -> int:
+    """How many pods report in each phase: rate x seconds, or every pod (``seconds`` <= 0)."""
+    return resources * replicas if seconds <= 0 else min(resources * replicas, int(rate * seconds))
+
+
 async def bench(resources: int, replicas: int, rate: float, seconds: float) -> tuple[list[Phase], float, int]:
     async with Emulator(history=False) as emulator, kmock.Server(emulator):
         declare_resources(emulator)
@@ -313,7 +323,7 @@ async def bench(resources: int, replicas: int, rate: float, seconds: float) -> t
         await create_all(emulator, [pod(i, r) for i in range(resources) for r in range(replicas)]
                          + [{**pod(-1, 0), "metadata": {"name": "probe", "namespace": NAMESPACE, "uid": "probe"}}],
                          f"/api/v1/namespaces/{NAMESPACE}/pods")
-        count = min(resources * replicas, int(rate * seconds))
+        count = reporting(resources, replicas, rate, seconds)
         chosen = [(i % resources, i // resources) for i in range(count)]  # spread over every resource
         pod_tokens = [tokens.issue(NAMESPACE, f"server-{i}-{r}", f"uid-server-{i}-{r}") for i, r in chosen]
         with tempfile.TemporaryDirectory() as folder:
@@ -416,7 +426,7 @@ async def bench_real(resources: int, replicas: int, rate: float, seconds: float)
             pods = [_real(pod(i, r)) for i in range(resources) for r in range(replicas)]
             await api.create(f"/api/v1/namespaces/{NAMESPACE}/pods", [*pods, _real(pod(-1, 0), name="probe")])
             uids = await api.uids(f"/api/v1/namespaces/{NAMESPACE}/pods")
-        count = min(resources * replicas, int(rate * seconds))
+        count = reporting(resources, replicas, rate, seconds)
         chosen = [(i % resources, i // resources) for i in range(count)]
         gate = asyncio.Semaphore(16)
 
@@ -514,6 +524,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="100x10,1000x10", help="NxM pairs: resources x pods per resource")
     parser.add_argument("--rate", type=float, default=200.0, help="reports per second sent")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of each phase")
+    parser.add_argument("--every-pod", action="store_true",
+                        help="every pod of N x M reports once per phase (its length is N x M / rate)")
     parser.add_argument("--backend", choices=["kmock", "real", "both"], default="kmock",
                         help="the emulated API (default), a real control plane (KUBEBUILDER_ASSETS), or both")
     args = parser.parse_args()
@@ -522,12 +534,15 @@ def main() -> None:
               "peak RSS MB", "pod writes"]
     rows: list[list[str]] = []
     notes: list[str] = []
+    costs: list[tuple[str, str, list[Phase], float]] = []
     backends = {"kmock": ["kmock"], "real": ["real"], "both": ["kmock", "real"]}[args.backend]
     for backend in backends:
         for size in args.sizes.split(","):
             resources, replicas = (int(part) for part in size.split("x"))
             run = bench if backend == "kmock" else bench_real
-            phases, rss, writes = asyncio.run(run(resources, replicas, args.rate, args.seconds))
+            seconds = 0.0 if args.every_pod else args.seconds
+            phases, rss, writes = asyncio.run(run(resources, replicas, args.rate, seconds))
+            costs.append((backend, size, phases, rss))
             for index, phase in enumerate(phases):
                 first = index == 0
                 notes.append(f"{backend} {size} {phase.name}: API requests per 202: {phase.requests_line() or 'none'}")
@@ -544,6 +559,38 @@ def main() -> None:
           "in first and drift every 202 is a verdict change")
     for note in notes:
         print(note)
+    print()
+    print_costs(costs)
+
+
+#: What one accepted report of each phase is: first and drift change every pod's verdict; steady and
+#: digests leave it as it is (steady in full, digests as today's sidecar sends an unchanged interface).
+PHASE_KIND = {"first": "verdict change (first)", "drift": "verdict change (drift)",
+              "steady": "steady report (full)", "digests": "steady report (digests)"}
+
+
+def print_costs(costs: Sequence[tuple[str, str, list[Phase], float]]) -> None:
+    """Per verdict change and per steady report: API requests and bytes, operator and API CPU (ms),
+    gross and net of the idle cost; the figures docs/scale.md's estimates start from."""
+    header = ["API", "N x M", "per", "reports/s", "p99 ms", "API req", "API KB", "operator CPU ms", "net",
+              "API CPU ms", "net", "peak RSS MB"]
+    rows = []
+    for backend, size, phases, rss in costs:
+        for index, phase in enumerate(phases):
+            ok = max(1, phase.ok)
+            ordered = sorted(phase.latencies) or [float("nan")]
+            p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+            rows.append([backend if not index else "", size if not index else "",
+                         PHASE_KIND.get(phase.name, phase.name), f"{phase.ok / phase.elapsed:.0f}", f"{p99 * 1000:.0f}",
+                         f"{sum(phase.api_requests.values()) / ok:.2f}", f"{phase.api_bytes / ok / 1024:.2f}",
+                         f"{phase.operator_cpu_total / ok * 1000:.2f}", f"{phase.operator_cpu_net / ok * 1000:.2f}",
+                         f"{phase.api_cpu_total / ok * 1000:.2f}", f"{phase.api_cpu_net / ok * 1000:.2f}",
+                         f"{rss:.0f}" if not index else ""])
+    widths = [max(len(str(row[column])) for row in [header, *rows]) for column in range(len(header))]
+    print("Cost per verdict change and per steady report (per accepted report of the phase):")
+    for row in [header, *rows]:
+        print("  ".join(str(cell).rjust(width) if column else str(cell).ljust(width)
+                        for column, (cell, width) in enumerate(zip(row, widths))))
 
 
 if __name__ == "__main__":
