@@ -126,6 +126,7 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
         for key in lost:
             self._written.pop(key, None)
             self.verdict_events.forget(key)
+            self.metrics.forget_resource(*key)  # the owner exports its gauges now (dashboards take the max)
         for key in gained:
             record = self.cache.resource(*key)
             if record is not None:
