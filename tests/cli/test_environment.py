@@ -52,11 +52,15 @@ def test_an_unknown_lockstep_variable_is_reported(write):
 
 
 def test_every_variable_the_other_components_read_is_known():
-    """READ_ELSEWHERE is what lockstep/sidecar/ and the operator's command read, neither more nor less."""
+    """READ_ELSEWHERE is what the sidecar (its environment, lockstep.core.names.SIDECAR_ENV, which
+    lockstep.core.wire.SidecarEnv reads, and any other name lockstep/sidecar/ writes out) and the operator's
+    command read, neither more nor less."""
+    from lockstep.core.names import SIDECAR_ENV
     from lockstep.operator.cli import operator_command
 
     root = Path(__file__).resolve().parents[2]
-    sidecar = set(re.findall(r"LOCKSTEP_[A-Z_]+", (root / "lockstep" / "sidecar" / "settings.py").read_text()))
+    sidecar = set(SIDECAR_ENV) | {name for path in (root / "lockstep" / "sidecar").glob("*.py")
+                                  for name in re.findall(r"LOCKSTEP_[A-Z_]+", path.read_text())}
     operator = {str(param.envvar) for param in operator_command.params if getattr(param, "envvar", None)}
     assert READ_ELSEWHERE == sidecar | operator
     assert all(prefix.startswith("LOCKSTEP_") for prefix in TOOLING_PREFIXES)
