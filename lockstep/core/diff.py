@@ -42,6 +42,7 @@ __all__ = [
     "Severity",
     "UncomparableRevisionsError",
     "closest_revision",
+    "closest_with_findings",
     "diff_interfaces",
     "diff_revisions",
     "max_severity",
@@ -138,17 +139,32 @@ def closest_revision(approved: Sequence[Revision], observed: Revision) -> Revisi
 
     Fewest findings first, then the lowest total severity; the first listed wins a tie.
     """
+    return closest_with_findings(approved, observed)[0]
+
+
+def closest_with_findings(approved: Sequence[Revision], observed: Revision,
+                          ignore: Ignore = None) -> tuple[Revision, list[Finding] | None]:
+    """The closest approved revision (as closest_revision chooses it) and the findings of the observed one
+    against it under ``ignore`` (None: the two cannot be compared, UncomparableRevisionsError). Every
+    candidate is diffed once; the winner again only when there are ignore rules, which the distance does
+    not apply."""
     if not approved:
         raise ValueError("closest_revision needs at least one approved revision")
-
-    def distance(revision: Revision) -> tuple[int, int]:
+    best: tuple[tuple[int, int], Revision, list[Finding] | None] | None = None
+    for revision in approved:
         try:
-            findings = diff_revisions(revision, observed)
+            findings: list[Finding] | None = diff_revisions(revision, observed)
         except UncomparableRevisionsError:
-            return (1 << 30, 0)
-        return len(findings), sum(finding.severity.rank for finding in findings)
-
-    return min(approved, key=distance)
+            findings = None
+        distance = (1 << 30, 0) if findings is None else \
+            (len(findings), sum(finding.severity.rank for finding in findings))
+        if best is None or distance < best[0]:  # the first listed wins a tie
+            best = (distance, revision, findings)
+    assert best is not None
+    _, closest, findings = best
+    if findings is not None and parse_ignore_rules(ignore):
+        findings = diff_revisions(closest, observed, ignore)
+    return closest, findings
 
 
 def _by_key(interface: Interface, rules: IgnoreRules) -> dict[tuple[ComponentKind, str], Component]:

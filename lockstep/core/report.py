@@ -34,7 +34,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lockstep.core.digest import ComponentDigest, InterfaceDigest, digest_interface, ensure_formula
@@ -76,12 +76,16 @@ class Observation:
     failure_reason: FailureReason | None = None
     failure_message: str = ""
     view: str = DEFAULT_VIEW
+    #: The validated Interface of ``definitions``, whose own digests are ``digest`` (set by from_dict and
+    #: of_interface, so that the judge neither parses nor digests them again); None: not known to be.
+    interface: Interface | None = field(default=None, compare=False, repr=False)
 
     @classmethod
     def of_interface(cls, interface: Interface, observed_at: str, *, view: str = DEFAULT_VIEW,
                      with_definitions: bool = True) -> Observation:
         return cls(observed_at, digest_interface(interface),
-                   interface.to_document() if with_definitions else None, view=view)
+                   interface.to_document() if with_definitions else None, view=view,
+                   interface=interface if with_definitions else None)
 
     @classmethod
     def of_failure(cls, reason: FailureReason, message: str, observed_at: str, *,
@@ -132,14 +136,16 @@ class Observation:
         if claimed.digest != body.get("digest"):
             raise ReportError("the aggregate digest does not match the component digests")
         definitions = body.get("definitions")
+        interface = None
         if definitions is not None:
             try:
-                recomputed = digest_interface(Interface.from_document(definitions, limits))
+                interface = Interface.from_document(definitions, limits)
+                recomputed = digest_interface(interface)
             except InterfaceError as error:
                 raise ReportError(f"definitions are not a valid interface: {error}") from None
             if recomputed != claimed:
                 raise ReportError("the definitions do not match the reported digests")
-        return cls(observed_at, claimed, definitions, view=view)
+        return cls(observed_at, claimed, definitions, view=view, interface=interface)
 
 
 _BOOT_ID = re.compile(r"^[0-9a-f]{32}$")

@@ -14,7 +14,7 @@ from typing import Any
 from lockstep.core import Interface, InterfaceError, LockstepError
 from lockstep.core.conditions import CONDITION_TYPE, Reason
 from lockstep.core.enforcement import Approval, Enforcement, strictness
-from lockstep.core.diff import UncomparableRevisionsError, closest_revision, diff_revisions
+from lockstep.core.diff import closest_with_findings
 from lockstep.core.digest import DIGEST_PREFIX
 from lockstep.core.report import Observation
 from lockstep.core.revision import Revision
@@ -201,9 +201,13 @@ def observed_revision(observation: Observation, ignore: Sequence[str]) -> Revisi
     definitions the operator digests it again under the rules. Without definitions the
     digests are compared as reported. Raises InterfaceError for unusable definitions."""
     assert observation.digest is not None
-    if observation.definitions is not None:
+    if observation.definitions is None:
+        return Revision(observation.digest)
+    if observation.interface is None:  # not read from a report (restored from status): parse it here
         return Revision.of(Interface.from_document(observation.definitions), ignore)
-    return Revision(observation.digest)
+    if not ignore:  # the report's own digests, checked against its definitions when it was read
+        return Revision(observation.digest, observation.interface)
+    return Revision.of(observation.interface, ignore)
 
 
 def judge(observation: Observation, policy: Policy, *, was_verified: bool = False,
@@ -271,12 +275,8 @@ def _enforce(policy: Policy, reason: Reason, message: str, revision: Revision | 
 
 def _drift(approved: Sequence[Revision], observed: Revision,
            ignore: Sequence[str]) -> tuple[Revision, list[dict[str, Any]]]:
-    closest = closest_revision(approved, observed)
-    try:
-        findings = diff_revisions(closest, observed, ignore)
-    except UncomparableRevisionsError:
-        findings = []
-    return closest, [finding.to_dict() for finding in findings]
+    closest, findings = closest_with_findings(approved, observed, ignore)
+    return closest, [finding.to_dict() for finding in findings or []]
 
 
 def _describe(findings: Sequence[Mapping[str, Any]]) -> str:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from lockstep.operator.judge import PodState, Policy, Reason, judge, judge_conflict, judge_stale
+from lockstep.operator.judge import (
+    PodState,
+    Policy,
+    Reason,
+    judge,
+    judge_conflict,
+    judge_stale,
+    observed_revision,
+)
 
 from lockstep.core import Interface
 from lockstep.core.report import FailureReason, Observation
@@ -147,3 +155,17 @@ def test_quarantine_sits_between_isolate_and_audit_in_strictness() -> None:
     isolate, quarantine, audit = (_resource(enforcement=mode) for mode in ("Isolate", "Quarantine", "Audit"))
     assert isolate.strictness > quarantine.strictness > audit.strictness
     assert _resource(enforcement="Quarantine", proxy={"port": 0}).problems
+
+
+def test_the_judge_reads_a_reports_definitions_once() -> None:
+    """observed_revision takes the report's checked Interface (and, without ignore rules, its digests)."""
+    observation = Observation.from_dict(_observe(INTERFACE).to_dict())
+    assert observation.interface is not None
+    plain = observed_revision(observation, ())
+    assert plain.interface is observation.interface and plain.digest is observation.digest
+    ignore = ("/tools/*/description",)
+    ruled = observed_revision(observation, ignore)
+    assert ruled.interface is observation.interface
+    assert ruled == Revision.of(Interface.from_document(observation.definitions), ignore)  # as parsed before
+    restored = Observation(AT, observation.digest, observation.definitions)  # as restored: parsed here
+    assert observed_revision(restored, ignore) == ruled and observed_revision(restored, ()) == plain

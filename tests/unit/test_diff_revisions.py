@@ -6,7 +6,14 @@ from typing import Any
 
 import pytest
 
-from lockstep.core.diff import Change, Severity, UncomparableRevisionsError, closest_revision, diff_revisions
+from lockstep.core.diff import (
+    Change,
+    Severity,
+    UncomparableRevisionsError,
+    closest_revision,
+    closest_with_findings,
+    diff_revisions,
+)
 from lockstep.core.model import ComponentKind, Interface
 from lockstep.core.revision import Revision
 
@@ -104,3 +111,22 @@ def test_closest_revision_prefers_fewest_then_least_severe_findings() -> None:
     assert closest.aggregate == revision(reworded).aggregate
     with pytest.raises(ValueError):
         closest_revision([], observed)
+
+
+@pytest.mark.parametrize("ignore", [None, ["/tools/*/description"]])
+def test_closest_with_findings_is_closest_revision_and_its_diff(ignore: list[str] | None) -> None:
+    """One diff per candidate: the winner's findings come with it (diffed again only under ignore rules)."""
+    v3 = {**V2, "tools": [tool("a", "Does a thing, faster."), tool("b", "B, renamed."), tool("c")]}
+    candidates = [revision(V1, ignore=ignore), revision(v3, ignore=ignore), revision(V2, definitions=False)]
+    for observed in (revision(V2, ignore=ignore), revision(v3, ignore=ignore), revision(V1, ignore=ignore)):
+        closest, findings = closest_with_findings(candidates, observed, ignore)
+        assert closest is closest_revision(candidates, observed)
+        assert findings == diff_revisions(closest, observed, ignore)
+
+
+def test_closest_with_findings_names_an_uncomparable_winner() -> None:
+    aggregate_only = Revision.from_spec({"formula": "lockstep/v1", "digest": "sha256:" + "a" * 64})
+    observed = Revision.from_spec({"formula": "lockstep/v1", "digest": "sha256:" + "b" * 64})
+    assert closest_with_findings([aggregate_only], observed) == (aggregate_only, None)
+    with pytest.raises(UncomparableRevisionsError):
+        diff_revisions(aggregate_only, observed)

@@ -73,6 +73,14 @@ def test_report_round_trip(revision):
     assert observation.digest == revision.digest
 
 
+def test_a_report_carries_the_interface_it_was_checked_with(revision):
+    """Read once: the judge takes the Interface that Observation.from_dict parsed and digested."""
+    report = Observation.of_interface(revision.interface, "2026-11-22T00:00:00Z").to_dict()
+    observation = Observation.from_dict(report)
+    assert observation.interface == revision.interface and observation.digest == revision.digest
+    assert Observation.from_dict(observation.to_dict(with_definitions=False)).interface is None
+
+
 def test_failure_report_round_trip():
     failure = Observation.of_failure(FailureReason.SERVER_UNREACHABLE, "connection refused", "2026-11-22T00:00:00Z")
     parsed = Observation.from_dict(failure.to_dict())
