@@ -97,7 +97,8 @@ class LockstepOperator:
 
         shard = self.config.shard  # --watch-label-selector: only the resources of this shard
 
-        @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry, labels=shard.kopf_labels() if shard else None)
+        @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry,
+                       labels=shard.kopf_labels() if shard else None)
         async def resource_event(event: kopf.RawEvent, **_: Any) -> None:
             if self.reconciler is not None:
                 with contextlib.suppress(ApiUnavailable):  # written again once the API is back
@@ -110,11 +111,24 @@ class LockstepOperator:
                     with contextlib.suppress(ApiUnavailable):
                         await self.reconciler.leave_shard(event["object"])
 
-        @kopf.on.event("", "v1", "pods", registry=registry)
+        pod_shard = self.config.pod_shard  # --watch-pod-selector: only the pods of this shard
+
+        @kopf.on.event("", "v1", "pods", registry=registry,
+                       labels=pod_shard.kopf_labels() if pod_shard else None)
         async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
             if self.reconciler is not None:
                 with contextlib.suppress(ApiUnavailable):  # written again once the API is back
                     await self.reconciler.on_pod(str(event.get("type") or "ADDED"), event["object"])
+
+        if pod_shard is not None:
+            @kopf.on.event("", "v1", "pods", registry=registry, when=pod_shard.excludes)
+            async def pod_outside_shard(event: kopf.RawEvent, **_: Any) -> None:
+                body = event["object"]  # a pod relabelled out of the shard: its sidecar still reports here
+                metadata = body.get("metadata") or {}
+                if self.reconciler is not None and self.reconciler.cache.pod(
+                        str(metadata.get("namespace") or ""), str(metadata.get("name") or "")) is not None:
+                    with contextlib.suppress(ApiUnavailable):
+                        await self.reconciler.on_pod(str(event.get("type") or "ADDED"), body)
 
         @kopf.on.event("", "v1", "services", registry=registry)
         async def service_event(event: kopf.RawEvent, **_: Any) -> None:

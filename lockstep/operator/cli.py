@@ -45,6 +45,10 @@ def _label_selector(ctx: click.Context, param: click.Parameter, value: str | Non
               callback=_label_selector,
               help="Handle only the MCPServerInterfaces whose labels match this selector (kubectl -l syntax, "
                    "e.g. lockstep.dev/shard=a): one shard of several releases. Default: all of them.")
+@click.option("--watch-pod-selector", default="", envvar="LOCKSTEP_WATCH_POD_SELECTOR",
+              callback=_label_selector,
+              help="Watch only the pods whose labels match this selector (the pods this release injects): "
+                   "a shard's memory is its own pods'. Default: every pod.")
 @click.option("--report-port", type=click.IntRange(0, 65535), default=8443, show_default=True,
               envvar="LOCKSTEP_REPORT_PORT", help="HTTPS port of POST /v1/reports.")
 @click.option("--tls-cert", type=click.Path(dir_okay=False), envvar="LOCKSTEP_TLS_CERT",
@@ -97,7 +101,8 @@ def _label_selector(ctx: click.Context, param: click.Parameter, value: str | Non
               help="Opted-in namespace where pods may opt out with lockstep.dev/inject=disabled (repeatable; "
                    "'*' for all). By default none may.")
 @click.option("-v", "--verbose", is_flag=True, envvar="LOCKSTEP_VERBOSE", help="Log at debug level.")
-def operator_command(namespaces: Sequence[str], watch_label_selector: str, report_port: int,
+def operator_command(namespaces: Sequence[str], watch_label_selector: str, watch_pod_selector: str,
+                     report_port: int,
                      tls_cert: str | None, tls_key: str | None,
                      metrics_port: int, health_port: int, webhook_port: int, body_limit: int,
                      rate_per_pod: float, rate_burst: int, observed_configmap_limit: int,
@@ -122,7 +127,8 @@ def operator_command(namespaces: Sequence[str], watch_label_selector: str, repor
         raise click.UsageError("--tls-cert and --tls-key go together")
     config = OperatorConfig(
         namespaces=tuple(name for entry in namespaces for name in entry.split()),
-        watch_label_selector=watch_label_selector, report_port=report_port,
+        watch_label_selector=watch_label_selector, watch_pod_selector=watch_pod_selector,
+        report_port=report_port,
         tls_cert_path=tls_cert, tls_key_path=tls_key, metrics_port=metrics_port, health_port=health_port,
         webhook_port=webhook_port, body_limit=body_limit, rate_per_pod=rate_per_pod, rate_burst=rate_burst,
         observed_configmap_limit=observed_configmap_limit,

@@ -19,6 +19,9 @@ class OperatorConfig:
     #: Label selector (Kubernetes syntax) of the MCPServerInterface resources this operator handles, a
     #: shard of the cluster's (lockstep.operator.shard); empty means every resource.
     watch_label_selector: str = ""
+    #: Label selector of the pods this operator watches (the chart's shard.podSelector, the pods its
+    #: webhook injects); empty means every pod of the watched namespaces.
+    watch_pod_selector: str = ""
     #: The report endpoint (HTTPS): ``POST /v1/reports``.
     report_host: str = "0.0.0.0"
     report_port: int = 8443
@@ -76,6 +79,11 @@ class OperatorConfig:
     def shard(self) -> LabelSelector | None:
         """The parsed watch_label_selector; None when the operator handles every resource."""
         return LabelSelector.parse(self.watch_label_selector) if self.watch_label_selector.strip() else None
+
+    @property
+    def pod_shard(self) -> LabelSelector | None:
+        """The parsed watch_pod_selector; None when the operator watches every pod."""
+        return LabelSelector.parse(self.watch_pod_selector) if self.watch_pod_selector.strip() else None
 
     @property
     def tls_enabled(self) -> bool:

@@ -60,7 +60,8 @@ class Restore:
             for body in await self.client.list_all(self.client.resources_path(namespace),
                                                    label_selector=self.config.watch_label_selector or None):
                 self._put_resource(body)
-            for body in await self.client.list_all(self.client.pods_path(namespace)):
+            for body in await self.client.list_all(self.client.pods_path(namespace),
+                                                   label_selector=self.config.watch_pod_selector or None):
                 self.cache.put_pod(PodRecord.from_body(body))
         await self.observed_maps.resync(self.config.namespaces or [None])
         for pod in self.cache.pods():

@@ -107,16 +107,18 @@ def test_a_resource_is_validated_by_its_shard_only(releases: dict[str, list[Mani
 
 def test_each_operator_watches_its_shard_and_its_sidecars_report_to_its_service(
         releases: dict[str, list[Manifest]]) -> None:
-    selectors = {}
+    selectors, pod_selectors = {}, {}
     for name, objects in releases.items():
         params = parse_operator_args(operator_container(objects)["args"])
         selectors[name] = LabelSelector.parse(params["watch_label_selector"])
+        pod_selectors[name] = LabelSelector.parse(params["watch_pod_selector"])
         assert params["report_url"] == f"https://{name}-lockstep-reports.lockstep-{name}.svc:8443"
         one(objects, "Service", f"{name}-lockstep-reports")
         assert params["peering_name"] == f"{name}-lockstep"
     for labels, shard in (({SHARD: "a"}, "a"), ({SHARD: "b"}, "b"), ({}, "rest"), ({SHARD: "c"}, None)):
-        assert [name for name, selector in selectors.items() if selector.matches(labels)] == \
-            ([shard] if shard else [])
+        for chosen in (selectors, pod_selectors):
+            assert [name for name, selector in chosen.items() if selector.matches(labels)] == \
+                ([shard] if shard else [])
 
 
 def test_each_pod_monitor_scrapes_its_shards_pods(releases: dict[str, list[Manifest]]) -> None:
@@ -126,8 +128,9 @@ def test_each_pod_monitor_scrapes_its_shards_pods(releases: dict[str, list[Manif
 
 def test_without_shards_nothing_changes(chart: Chart) -> None:
     objects = release(chart, "plain", {})
-    assert "watch_label_selector" not in str(operator_container(objects)["args"])
-    assert parse_operator_args(operator_container(objects)["args"])["watch_label_selector"] == ""
+    assert "--watch" not in str(operator_container(objects)["args"])
+    params = parse_operator_args(operator_container(objects)["args"])
+    assert params["watch_label_selector"] == params["watch_pod_selector"] == ""
     mutating = one(objects, "MutatingWebhookConfiguration")["webhooks"]
     assert "objectSelector" not in mutating[0]
     assert mutating[1]["objectSelector"] == {"matchLabels": {"lockstep.dev/inject": "enabled"}}

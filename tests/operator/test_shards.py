@@ -134,6 +134,44 @@ async def test_without_a_selector_a_foreign_true_is_still_failed_closed(kmock: E
         await wait_for(lambda: (verdict_of(kmock, "stray-0") or ("",))[0] == "False")
 
 
+async def test_a_pod_selector_keeps_the_other_shards_pods_out_of_memory(kmock: Emulator, tokens: TokenBook,
+                                                                         tls_files: TlsFiles) -> None:
+    """--watch-pod-selector (the chart's shard.podSelector): the pods of other shards are never cached; a
+    pod of the shard relabelled out of it stays known until it is deleted (its sidecar reports here)."""
+    await create_objects(kmock, sharded_resource("mine", "a"), sharded_resource("theirs", "b"),
+                         make_pod("mine-0", labels={"app": "mine", SHARD: "a"}),
+                         make_pod("theirs-0", labels={"app": "theirs", SHARD: "b"}))
+    config = operator_config(tls_files, watch_label_selector=f"{SHARD}=a", watch_pod_selector=f"{SHARD}=a")
+    async with run_operator(kmock, config) as operator:
+        reconciler = operator.operator.reconciler
+        assert reconciler is not None
+        await wait_for(lambda: reconciler.synced.is_set())
+        assert reconciler.cache.pod(NAMESPACE, "mine-0") is not None
+        assert reconciler.cache.pod(NAMESPACE, "theirs-0") is None  # the list at start asked for shard a
+
+        await create_objects(kmock, make_pod("mine-1", labels={"app": "mine", SHARD: "a"}),
+                             make_pod("theirs-1", labels={"app": "theirs", SHARD: "b"}))
+        await wait_for(lambda: reconciler.cache.pod(NAMESPACE, "mine-1") is not None)
+        status, answer = await sidecar_for(operator, tokens, tls_files, "theirs-1").post(report())
+        assert (status, answer["reason"]) == (404, "UnknownPod")
+        assert reconciler.cache.pod(NAMESPACE, "theirs-1") is None
+
+        status, answer = await sidecar_for(operator, tokens, tls_files, "mine-0").post(report())
+        assert (status, answer["verdict"]["reason"]) == (202, "Verified")
+        # Relabelled out of the pod shard: still known, its reports still judged here.
+        async with kmock.patch(f"/api/v1/namespaces/{NAMESPACE}/pods/mine-0",
+                               json={"metadata": {"labels": {SHARD: "elsewhere"}}}) as response:
+            assert response.status == 200
+        await wait_for(lambda: (reconciler.cache.pod(NAMESPACE, "mine-0") or None) is not None
+                       and reconciler.cache.pod(NAMESPACE, "mine-0").labels.get(SHARD) == "elsewhere")
+        status, answer = await sidecar_for(operator, tokens, tls_files, "mine-0").post(report())
+        assert status == 202, answer
+        async with kmock.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/mine-0") as response:
+            assert response.status == 200
+        await wait_for(lambda: reconciler.cache.pod(NAMESPACE, "mine-0") is None)
+    assert verdict_of(kmock, "theirs-0") is None and verdict_of(kmock, "theirs-1") is None
+
+
 async def operator_rounds(reconciler: Any) -> None:
     """Long enough for the stale timer and the status flush to run a few times (0.2 s and 0.1 s here)."""
     import asyncio

@@ -140,11 +140,13 @@ Service DNS names that the serving certificate must cover.
 {{- end }}
 
 {{/*
-Shards (docs/scale.md#sharding). shard.resourceSelector as the text of a label selector, the operator's
---watch-label-selector: "k=v,k in (a,b),k notin (a),k,!k"; empty without one.
+Shards (docs/scale.md#sharding). A LabelSelector of values as the text the operator's options take
+("k=v,k in (a,b),k notin (a),k,!k"; empty without a requirement).
+Usage: include "lockstep.selectorText" (list .Values.shard.resourceSelector "shard.resourceSelector")
 */}}
-{{- define "lockstep.shard.labelSelector" -}}
-{{- $selector := .Values.shard.resourceSelector }}
+{{- define "lockstep.selectorText" -}}
+{{- $selector := index . 0 }}
+{{- $name := index . 1 }}
 {{- $parts := list }}
 {{- range $key, $value := $selector.matchLabels }}
 {{- $parts = append $parts (printf "%s=%s" $key (toString $value)) }}
@@ -159,10 +161,18 @@ Shards (docs/scale.md#sharding). shard.resourceSelector as the text of a label s
 {{- else if eq .operator "DoesNotExist" }}
 {{- $parts = append $parts (printf "!%s" .key) }}
 {{- else }}
-{{- fail (printf "shard.resourceSelector.matchExpressions: operator %q is not In, NotIn, Exists or DoesNotExist" (toString .operator)) }}
+{{- fail (printf "%s.matchExpressions: operator %q is not In, NotIn, Exists or DoesNotExist" $name (toString .operator)) }}
 {{- end }}
 {{- end }}
 {{- join "," $parts }}
+{{- end }}
+
+{{/* The operator's --watch-label-selector and --watch-pod-selector. */}}
+{{- define "lockstep.shard.labelSelector" -}}
+{{- include "lockstep.selectorText" (list .Values.shard.resourceSelector "shard.resourceSelector") }}
+{{- end }}
+{{- define "lockstep.shard.podSelectorText" -}}
+{{- include "lockstep.selectorText" (list .Values.shard.podSelector "shard.podSelector") }}
 {{- end }}
 
 {{- define "lockstep.shard.hasPodSelector" -}}
@@ -322,6 +332,9 @@ parses these arguments with the operator's own click command.
 {{- end }}
 {{- with include "lockstep.shard.labelSelector" . }}
 - {{ printf "--watch-label-selector=%s" . | quote }}
+{{- end }}
+{{- with include "lockstep.shard.podSelectorText" . }}
+- {{ printf "--watch-pod-selector=%s" . | quote }}
 {{- end }}
 - --tls-cert=/etc/lockstep/tls/tls.crt
 - --tls-key=/etc/lockstep/tls/tls.key
