@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import logging
 import random
 from collections.abc import Awaitable, Callable
@@ -136,8 +135,7 @@ class LockstepOperator:
                 with contextlib.suppress(ApiUnavailable):  # written again once the API is back
                     await self.reconciler.on_service(str(event.get("type") or "ADDED"), event["object"])
 
-        if self.config.tls_enabled and self.config.webhook_port \
-                and importlib.util.find_spec("lockstep.operator.webhooks") is not None:
+        if self.config.tls_enabled and self.config.webhook_port:
             from lockstep.operator.validation import register_validation
             from lockstep.operator.webhooks import register_webhooks
 
