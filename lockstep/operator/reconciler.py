@@ -186,18 +186,14 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
                                    f"{len(restored)} pods verified again")
 
     async def leave_shard(self, body: Mapping[str, Any]) -> None:
-        """A resource relabelled out of this operator's --watch-label-selector: another release handles it
-        now. Forgotten as if deleted, but its pods are forgotten too, not failed closed: their conditions
-        are the other release's to write."""
+        """A resource relabelled out of this operator's --watch-label-selector is deleted as far as this
+        operator knows: its pods, whose sidecars report here (this release injected them), are no longer
+        verified (fail closed), whatever another release does with the resource. Moving a resource to
+        another shard without cutting its pods: a copy in the new shard, then the pods (docs/scale.md)."""
         metadata = body.get("metadata") or {}
         key = (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
-        record = self.cache.resource(*key)
-        if record is None:
-            return
-        for pod in self.cache.selected_pods(*key):
-            self.tracks.pop(pod.key, None)
-            self.unwritten.discard(pod.key)
-        await self.on_resource("DELETED", body)
+        if self.cache.resource(*key) is not None:
+            await self.on_resource("DELETED", body)
 
     def _put_resource(self, body: Mapping[str, Any]) -> tuple[ResourceRecord | None, ResourceRecord]:
         policy = Policy.from_resource(body)

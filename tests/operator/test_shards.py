@@ -1,7 +1,8 @@
 """A label-selector shard (--watch-label-selector, docs/scale.md#sharding): the operator handles the
 resources its selector matches and the pods they select, and leaves every other resource and pod alone
 (no status, no condition written, a report from such a pod refused), whether the resource was there at
-start (the list at resync) or came later (the watch), and when a resource is relabelled out of the shard."""
+start (the list at resync) or came later (the watch); a resource relabelled into the shard is handled, one
+relabelled out of it is, for this operator, deleted."""
 
 from __future__ import annotations
 
@@ -103,16 +104,17 @@ async def test_the_operator_handles_its_shard_and_leaves_the_others(kmock: Emula
         status, answer = await sidecar_for(operator, tokens, tls_files, "later-0").post(report())
         assert (status, answer["verdict"]["reason"]) == (202, "Verified")
 
-        # And one relabelled out of the shard is forgotten: its pod is not failed closed, a report refused.
+        # One relabelled out of the shard is deleted as far as this operator knows: its pod, which reports
+        # here, fails closed (written once), and its reports are refused.
         async with kmock.patch(f"{RESOURCES}/mine", json={"metadata": {"labels": {SHARD: "b"}}}) as response:
             assert response.status == 200
-        await wait_for(lambda: reconciler.cache.resource(NAMESPACE, "mine") is None)
+        await wait_verdict(kmock, "mine-0", ("False", "NotApproved"))
+        assert reconciler.cache.resource(NAMESPACE, "mine") is None
         status, answer = await sidecar_for(operator, tokens, tls_files, "mine-0").post(report())
         assert (status, answer["reason"]) == (403, "NotSelected")
         writes = pod_status_writes(kmock, "mine-0")
         await operator_rounds(reconciler)
         assert pod_status_writes(kmock, "mine-0") == writes
-        assert verdict_of(kmock, "mine-0") == ("True", "Verified")
 
     # Nothing of shard b was written: no status, no condition, the other release's condition kept.
     assert status_writes(kmock, "theirs") == 0
