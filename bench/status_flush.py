@@ -39,14 +39,13 @@ bench_operator = importlib.util.module_from_spec(_spec)
 sys.modules["bench_operator"] = bench_operator  # its dataclasses look their module up
 _spec.loader.exec_module(bench_operator)
 
-from lockstep.operator.config import OperatorConfig  # noqa: E402
-from lockstep.operator.events import EventPoster  # noqa: E402
-from lockstep.operator.kube import KubeClient, api_counts  # noqa: E402
-from lockstep.operator.metrics import Metrics  # noqa: E402
-from lockstep.operator.reconciler import Reconciler  # noqa: E402
-
-from lockstep.core import Interface  # noqa: E402
-from lockstep.core.report import Observation  # noqa: E402
+from lockstep.core import Interface
+from lockstep.core.report import Observation
+from lockstep.operator.config import OperatorConfig
+from lockstep.operator.events import EventPoster
+from lockstep.operator.kube import KubeClient, api_counts
+from lockstep.operator.metrics import Metrics
+from lockstep.operator.reconciler import Reconciler
 
 NAMESPACE = bench_operator.NAMESPACE
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 import click
+import pytest
 from helm_python.chart import Chart, lint
-from lockstep.cli import cli
-from lockstep.operator.shard import LabelSelector
 from lockstep_testing.chart_render import CHART_DIR, Manifest, documents, find, one
 from lockstep_testing.k8s_schemas import KUBERNETES_VERSIONS, crd_schemas, validate_object
+
+from lockstep.cli import cli
+from lockstep.operator.shard import LabelSelector
 
 SHARD = "lockstep.dev/shard"
 CLUSTER_SCOPED = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "ClusterRole",
