@@ -19,11 +19,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from lockstep.core.errors import LockstepError
+from lockstep.core.names import REPORT_STAMP_ANNOTATION
 from lockstep.core.report import Freshness
 
 __all__ = ["REPORT_STAMP_ANNOTATION", "ReportStamp", "StampError", "recorded_stamp"]
 
-REPORT_STAMP_ANNOTATION = "lockstep.dev/last-report"
 
 
 class StampError(LockstepError):

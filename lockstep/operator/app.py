@@ -152,7 +152,7 @@ class LockstepOperator:
         self.membership = membership = Membership(client, self.config.peering_name, self.priority, namespace)
         await membership.refresh()
         self.reconciler = reconciler = Reconciler(self.config, client, self.metrics, EventPoster(client),
-                                                  membership.owns, clock=self.clock)
+                                                  membership.owns, clock=self.clock, alone=membership.alone)
         await reconciler.resync()
         self.report_server = ReportServer(
             self.config, reconciler, TokenReviewer(client, self.config.token_cache_seconds, outage=self.outage),

@@ -89,6 +89,8 @@ class ClusterCache:
     pods a resource selects, are answered from the index without scanning the namespace."""
 
     def __init__(self) -> None:
+        #: Grows whenever a resource is put or dropped: what a pod's remembered selection is valid for.
+        self._generation = 0
         self._pods: dict[str, dict[str, PodRecord]] = {}
         self._resources: dict[str, dict[str, ResourceRecord]] = {}
         self._pods_by_label: dict[str, dict[tuple[str, str], set[str]]] = {}
@@ -129,6 +131,7 @@ class ClusterCache:
 
     # resources
     def put_resource(self, record: ResourceRecord) -> ResourceRecord | None:
+        self._generation += 1
         namespace, name = record.key
         previous = self.drop_resource(namespace, name)
         self._resources.setdefault(namespace, {})[name] = record
@@ -141,6 +144,7 @@ class ClusterCache:
         return previous
 
     def drop_resource(self, namespace: str, name: str) -> ResourceRecord | None:
+        self._generation += 1
         record = self._resources.get(namespace, {}).pop(name, None)
         if record is None:
             return None
@@ -161,7 +165,17 @@ class ClusterCache:
     # selection
     def selecting(self, pod: PodRecord) -> list[ResourceRecord]:
         """The resources that select ``pod``: the one its binding annotation names, else every
-        resource whose selector matches its labels (two or more is a conflict)."""
+        resource whose selector matches its labels (two or more is a conflict). Remembered on the pod's
+        record until a resource is put or dropped (a report asks several times; a changed pod is a new
+        record)."""
+        memo = pod.__dict__.get("_selecting")
+        if memo is not None and memo[0] == self._generation:
+            return list(memo[1])
+        selected = self._select(pod)
+        pod.__dict__["_selecting"] = (self._generation, tuple(selected))
+        return selected
+
+    def _select(self, pod: PodRecord) -> list[ResourceRecord]:
         by_label = self._resources_by_label.get(pod.namespace, {})
         names = set(self._resources_by_expression.get(pod.namespace, ()))
         for pair in pod.labels.items():

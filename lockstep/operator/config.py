@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockstep.core.wire import DEFAULT_SIDECAR_PORT
 from lockstep.operator.shard import LabelSelector
 
 __all__ = ["OperatorConfig"]
@@ -67,7 +68,7 @@ class OperatorConfig:
     #: For the mutating webhook (lockstep.operator.webhooks).
     sidecar_image: str = "ghcr.io/lockstep-dev/lockstep:latest"
     sidecar_resources: dict[str, Any] = field(default_factory=dict)
-    sidecar_port: int = 9090
+    sidecar_port: int = DEFAULT_SIDECAR_PORT
     report_url: str = ""
     operator_ca_path: str | None = None
     token_expiration_seconds: int = 3600

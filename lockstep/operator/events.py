@@ -10,7 +10,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from lockstep.operator.kube import GROUP, VERSION, KubeApiError, KubeClient
+from lockstep.operator.kube import KubeApiError, KubeClient
+
+from lockstep.core.names import API_VERSION, KIND
 
 __all__ = ["EventPoster", "pod_ref", "resource_ref"]
 
@@ -30,8 +32,7 @@ def pod_ref(namespace: str, name: str, uid: str) -> dict[str, str]:
 
 
 def resource_ref(namespace: str, name: str, uid: str) -> dict[str, str]:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "MCPServerInterface", "namespace": namespace,
-            "name": name, "uid": uid}
+    return {"apiVersion": API_VERSION, "kind": KIND, "namespace": namespace, "name": name, "uid": uid}
 
 
 def build_event(ref: Mapping[str, str], type_: str, reason: str, message: str, count: int = 1) -> dict[str, Any]:

@@ -7,7 +7,7 @@ Pure logic: no Kubernetes client, no clock. The reconciler feeds it parsed resou
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -167,12 +167,20 @@ def _enum(kind: type[enum.Enum], value: Any, default: Any, problems: list[str]) 
 
 def _trusted_from_status(status: Mapping[str, Any], ignore: Sequence[str]) -> Revision | None:
     trusted = status.get("trusted")
-    if not isinstance(trusted, Mapping):
-        return None
+    return trusted_revision(trusted, ignore) if isinstance(trusted, Mapping) else None
+
+
+def trusted_revision(entry: Mapping[str, Any], ignore: Iterable[str]) -> Revision | None:
+    """The trusted-on-first-use revision recorded in status (None when it cannot be read)."""
     try:
-        return Revision.from_spec(trusted, ignore=ignore)
+        return Revision.from_spec(entry, ignore=list(ignore))
     except LockstepError:
         return None
+
+
+def state_of(reason: Reason) -> PodState:
+    """The pod state a verdict reason counts as in status (Audit and Quarantined: their own)."""
+    return _STATE_OF_REASON.get(reason, PodState.AUDIT)
 
 
 @dataclass(frozen=True)

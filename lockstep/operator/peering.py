@@ -101,6 +101,10 @@ class Membership:
         return frozenset(endpoint_host(member.endpoint) for member in self.members
                          if member.priority != self.priority and member.endpoint)
 
+    def alone(self) -> bool:
+        """The only live replica: it owns every key."""
+        return len(self.members) == 1
+
     def owns(self, key: str) -> bool:
         return owner(key, [member.priority for member in self.members]) == self.priority
 

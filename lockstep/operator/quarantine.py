@@ -81,12 +81,6 @@ class Quarantine:
                 policy.judging_key, ApprovedComponents.of(policy.effective_approved, policy.ignore))
         return cached[1]
 
-    def approved_components(self, pod: PodRecord) -> dict[str, Any] | None:
-        """The wire form of :meth:`approved_for`, for reports.py until it answers with
-        lockstep.core.wire.ReportAnswer (then this goes)."""
-        approved = self.approved_for(pod)
-        return approved.to_dict() if approved is not None else None
-
     async def on_service(self, event_type: str, body: Mapping[str, Any]) -> None:
         """Keep the Services: in enforcement Quarantine, one that targets a port past the proxy is reported."""
         metadata = body.get("metadata") or {}

@@ -31,14 +31,16 @@ from lockstep.operator.relay import RELAYED_FOR_HEADER, RelayFailed, ReportRelay
 
 from lockstep.core.errors import InterfaceError
 from lockstep.core.model import loads_strict
+from lockstep.core.names import TOKEN_AUDIENCE
 from lockstep.core.replay import recorded_stamp
+from lockstep.core.wire import AnswerVerdict, ReportAnswer
 from lockstep.core.report import Freshness, Observation, ProxyReport
 
 __all__ = ["AUDIENCE", "Identity", "ReportRejected", "ReportServer", "TokenReviewer"]
 
 logger = logging.getLogger(__name__)
 
-AUDIENCE = "lockstep.dev"
+AUDIENCE = TOKEN_AUDIENCE
 POD_NAME_CLAIM = "authentication.kubernetes.io/pod-name"
 POD_UID_CLAIM = "authentication.kubernetes.io/pod-uid"
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
@@ -284,14 +286,9 @@ class ReportServer:
             endpoint = self._route_by_claims(request)
             if endpoint is not None:
                 raise Misrouted(endpoint)
-            verdict, approved = await self._judge(request)
+            answer = await self._judge(request)
             outcome = "accepted"
-            # "digests": this operator takes digest-only reports (a sidecar never sends one to an operator
-            # that does not say so, e.g. after a rollback: that operator would judge the digests as reported).
-            body: dict[str, Any] = {"verdict": verdict, "digests": True}
-            if approved is not None:
-                body["approved"] = approved  # the proxy's gate: what it may let through
-            return web.json_response(body, status=202)
+            return web.json_response(answer.to_dict(), status=202)
         except DefinitionsRequired as missing:
             # Not a refusal (not counted in lockstep_reports_rejected_total): the sidecar sends the same
             # observation again at once, with its definitions.
@@ -304,205 +301,6 @@ class ReportServer:
             return response
         except NotServing:
             return _not_serving()
-        except ApiUnavailable:
-            raise  # answered 503 with Retry-After, not 401: the token may well be good
-        except (KubeApiError, OSError) as error:
-            logger.warning("TokenReview failed: %s", error)
-            raise ReportRejected(401, "Unauthenticated", "the token could not be reviewed") from None
-        finally:
-            self._slots.release()
-        try:
-            identity = _identity(status)
-        except ReportRejected as rejection:
-            _remember(self._refused, key, (time.monotonic() + NEGATIVE_TTL, rejection), NEGATIVE_CACHE_SIZE)
-            raise
-        _remember(self._cache, key, (time.monotonic() + self._ttl, identity), TOKEN_CACHE_SIZE)
-        return identity
-
-
-def _key(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def _fresh(entry: tuple[float, Any] | None) -> bool:
-    return entry is not None and entry[0] > time.monotonic()
-
-
-def _remember(cache: OrderedDict[str, Any], key: str, value: Any, size: int) -> None:
-    cache[key] = value
-    cache.move_to_end(key)
-    if len(cache) > size:
-        cache.popitem(last=False)
-
-
-def _identity(status: dict[str, Any]) -> Identity:
-    if not status.get("authenticated"):
-        raise ReportRejected(401, "Unauthenticated", "the token is not valid")
-    audiences = status.get("audiences")
-    if audiences is not None and AUDIENCE not in audiences:
-        raise ReportRejected(401, "Unauthenticated", f"the token is not meant for {AUDIENCE}")
-    user = status.get("user") or {}
-    username = str(user.get("username") or "")
-    extra = user.get("extra") or {}
-    names, uids = extra.get(POD_NAME_CLAIM) or [], extra.get(POD_UID_CLAIM) or []
-    if not username.startswith(SERVICE_ACCOUNT_PREFIX) or not names or not uids:
-        raise ReportRejected(401, "Unauthenticated", "the token is not bound to a pod")
-    namespace = username[len(SERVICE_ACCOUNT_PREFIX):].split(":", 1)[0]
-    return Identity(namespace, str(names[0]), str(uids[0]))
-
-
-class RateLimiter:
-    """A token bucket per pod uid."""
-
-    def __init__(self, rate: float, burst: int) -> None:
-        self._rate, self._burst = rate, float(burst)
-        self._buckets: dict[str, tuple[float, float]] = {}
-        self._next_prune = PRUNE_AT
-
-    def admit(self, key: str) -> float:
-        """0 when admitted, else the seconds to wait."""
-        now = time.monotonic()
-        if len(self._buckets) > self._next_prune:
-            self._prune(now)
-        tokens, last = self._buckets.get(key, (self._burst, now))
-        tokens = min(self._burst, tokens + (now - last) * self._rate)
-        if tokens >= 1.0:
-            self._buckets[key] = (tokens - 1.0, now)
-            return 0.0
-        self._buckets[key] = (tokens, now)
-        return (1.0 - tokens) / self._rate if self._rate > 0 else 60.0
-
-    def _prune(self, now: float) -> None:
-        """Drop the buckets that have refilled (pods gone or quiet): they would start full anyway."""
-        refill = self._burst / self._rate if self._rate > 0 else 0.0
-        self._buckets = {key: (tokens, last) for key, (tokens, last) in self._buckets.items()
-                         if now - last < refill}
-        self._next_prune = max(PRUNE_AT, 2 * len(self._buckets))
-
-
-class ReportServer:
-    def __init__(self, config: OperatorConfig, reconciler: Reconciler, reviewer: TokenReviewer,
-                 metrics: Metrics, outage: ApiOutage | None = None, membership: Membership | None = None) -> None:
-        self.config = config
-        #: With several replicas: who owns which pod, and where (a report for another's pod is relayed).
-        self.membership = membership
-        self.relay = ReportRelay(report_url=config.report_url, ca_path=config.operator_ca_path,
-                                 tls=config.tls_enabled) if membership is not None else None
-        self.outage = outage or ApiOutage()
-        self.reconciler = reconciler
-        self.reviewer = reviewer
-        self.metrics = metrics
-        self.limiter = RateLimiter(config.rate_per_pod, config.rate_burst)
-        # Before authentication: a request with a token no cache knows costs a TokenReview, so each
-        # source address gets a bucket of those (0 turns it off).
-        self.sources = RateLimiter(config.source_rate, config.source_burst) if config.source_rate > 0 else None
-        self.freshness = FreshnessBook(config.max_clock_skew)
-        self._runner: web.AppRunner | None = None
-        self.port: int | None = None
-
-    def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.body_limit)
-        app.router.add_post("/v1/reports", self.handle_report)
-        app.router.add_get("/readyz", self.handle_ready)
-        app.router.add_get("/healthz", self.handle_health)
-        return app
-
-    async def start(self) -> None:
-        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.config.report_host, self.config.report_port,
-                           ssl_context=self._ssl_context())
-        await site.start()
-        server = getattr(site, "_server", None)
-        sockets = getattr(server, "sockets", None) or []
-        self.port = sockets[0].getsockname()[1] if sockets else self.config.report_port
-        logger.info("Report endpoint listening on port %s.", self.port)
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
-        if self.relay is not None:
-            await self.relay.close()
-
-    def _ssl_context(self) -> ssl.SSLContext | None:
-        if not self.config.tls_enabled:
-            logger.warning("No TLS files configured: the report endpoint serves plain HTTP (tests only).")
-            return None
-        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        context.load_cert_chain(str(self.config.tls_cert_path), str(self.config.tls_key_path))
-        return context
-
-    def serving(self) -> bool:
-        return self.reconciler.synced.is_set()
-
-    async def handle_health(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
-
-    def _owner_endpoint(self, pod: PodRecord) -> str | None:
-        """Where the replica that owns ``pod`` takes reports (None: this one owns it, or it is unknown)."""
-        if self.membership is None:
-            return None
-        return self.membership.owner_endpoint(self.reconciler.pod_owner_key(pod))
-
-    def _route_by_claims(self, request: web.Request) -> str | None:
-        """The owner's endpoint for the pod the bearer token names, read without verifying it: a report
-        for another replica's pod is relayed before this replica spends a TokenReview on it (the owner
-        reviews it; a token that lies about its pod only gets itself relayed)."""
-        if self.membership is None or len(self.membership.members) < 2:
-            return None
-        claims = unverified_pod_claims(request.headers.get("Authorization", ""))
-        pod = self.reconciler.cache.pod(*claims) if claims else None
-        if pod is None or self.reconciler.owns_pod(pod):
-            return None
-        return self._owner_endpoint(pod)
-
-    async def handle_ready(self, request: web.Request) -> web.Response:
-        if self.serving():
-            return web.json_response({"status": "ready"})
-        return web.json_response({"status": "not serving (syncing)"}, status=503)
-
-    async def handle_report(self, request: web.Request) -> web.Response:
-        started = time.perf_counter()
-        outcome = "rejected"
-        try:
-            if not self.serving():
-                raise NotServing()
-            endpoint = self._route_by_claims(request)
-            if endpoint is not None:
-                raise Misrouted(endpoint)
-            verdict, approved = await self._judge(request)
-            outcome = "accepted"
-            # "digests": this operator takes digest-only reports (a sidecar never sends one to an operator
-            # that does not say so, e.g. after a rollback: that operator would judge the digests as reported).
-            body: dict[str, Any] = {"verdict": verdict, "digests": True}
-            if approved is not None:
-                body["approved"] = approved  # the proxy's gate: what it may let through
-            return web.json_response(body, status=202)
-        except DefinitionsRequired as missing:
-            # Not a refusal (not counted in lockstep_reports_rejected_total): the sidecar sends the same
-            # observation again at once, with its definitions.
-            return web.json_response({"reason": "DefinitionsRequired",
-                                      "message": f"send the report again with its definitions: {missing}"},
-                                     status=428)
-        except Misrouted as misrouted:
-            if misrouted.endpoint is None or RELAYED_FOR_HEADER in request.headers:
-                # Relayed already (two replicas that disagree on the owner for a moment), or the owner is
-                # not known yet: the sidecar sends it again in a second.
-                return _not_serving()
-            try:
-                response = await self._relay(request, misrouted.endpoint)
-            except RelayFailed as failure:
-                logger.warning("Cannot relay a report: %s", failure)
-                return _not_serving()
-            outcome = "relayed"
-            return response
-        except NotServing:
-            return _not_serving()
-        except (NotServing,) as failure:
-            response = web.json_response({"reason": "NotServing", "message": "this replica does not serve reports now"},
-                                         status=503, headers={"Retry-After": "1"})
-            response.force_close()  # the retry opens a new connection, which the Service may send to the leader
-            return response
         except ApiUnavailable:
             # The API server is away (logged once per outage by lockstep.operator.outage): the verdict
             # could not be written, and the sidecar sends its report again after Retry-After.
@@ -562,7 +360,7 @@ class ReportServer:
             return relayed_for
         return remote
 
-    async def _judge(self, request: web.Request) -> tuple[dict[str, str], dict[str, Any] | None]:
+    async def _judge(self, request: web.Request) -> ReportAnswer:
         length = request.content_length
         if length is not None and length > self.config.body_limit:
             raise ReportRejected(413, "TooLarge", f"the report is larger than {self.config.body_limit} bytes")
@@ -597,8 +395,11 @@ class ReportServer:
             if not self.reconciler.owns_pod(pod):
                 raise NotServing()  # handed over to another replica meanwhile: sent again, it goes there
             raise ReportRejected(403, "NotSelected", f"no MCPServerInterface selects pod {identity.pod_name}")
-        approved = self.reconciler.approved_components(pod) if proxy is not None else None
-        return {"status": verdict.status, "reason": verdict.reason.value, "message": verdict.message}, approved
+        # "digests": this operator takes digest-only reports (a sidecar never sends one to an operator that
+        # does not say so, e.g. after a rollback: that operator would judge the digests as reported);
+        # "approved": the proxy's gate, what it may let through.
+        return ReportAnswer(AnswerVerdict(verdict.status, verdict.reason.value, verdict.message), digests=True,
+                            approved=self.reconciler.approved_for(pod) if proxy is not None else None)
 
 
 def _not_serving() -> web.Response:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from lockstep.operator.cache import PodRecord
-from lockstep.operator.judge import PodState, Reason, Verdict
+from lockstep.operator.judge import PodState, Reason, Verdict, state_of, trusted_revision
 from lockstep.operator.status import PodTrack, ResourceMemory, now_iso
 
 from lockstep.core import Interface
@@ -85,7 +85,7 @@ class Restore:
         entry = next((item for item in status.get("observed") or [] if pod.name in (item.get("pods") or [])), None)
         observation, revision = _rebuild_observation(reason, condition, entry)
         state = {Reason.AUDIT: PodState.AUDIT, Reason.QUARANTINED: PodState.QUARANTINED}.get(reason) \
-            or _state_of(reason)
+            or state_of(reason)
         verdict = Verdict(str(condition.get("status")), reason, str(condition.get("message") or ""), state,
                           revision, (entry or {}).get("closestApproved") or (revision.aggregate if revision else None),
                           tuple((entry or {}).get("findings") or ()))
@@ -93,13 +93,6 @@ class Restore:
             uid=pod.uid, observation=observation, received_at=time.monotonic(), verdict=verdict,
             was_verified=reason in (Reason.VERIFIED, Reason.INTERFACE_CHANGED),
             stale=reason is Reason.REPORT_STALE, written=verdict.condition, proxied=reason is Reason.QUARANTINED)
-
-
-def _state_of(reason: Reason) -> PodState:
-    return {Reason.VERIFIED: PodState.VERIFIED, Reason.INTERFACE_CHANGED: PodState.DRIFTED,
-            Reason.NOT_APPROVED: PodState.DRIFTED, Reason.INTERFACE_INVALID: PodState.INVALID,
-            Reason.SERVER_UNREACHABLE: PodState.UNREACHABLE, Reason.REPORT_STALE: PodState.STALE,
-            Reason.CONFLICT: PodState.CONFLICT}.get(reason, PodState.AUDIT)
 
 
 def _rebuild_observation(reason: Reason, condition: Mapping[str, Any], entry: Mapping[str, Any] | None
@@ -143,13 +136,6 @@ def memory_from_status(status: Mapping[str, Any]) -> ResourceMemory:
     if status.get("lastVerificationTime"):
         memory.last_verification = str(status["lastVerificationTime"])
     return memory
-
-
-def trusted_revision(entry: Mapping[str, Any], ignore: Iterable[str]) -> Revision | None:
-    try:
-        return Revision.from_spec(entry, ignore=list(ignore))
-    except LockstepError:
-        return None
 
 
 def small_enough(revision: Revision, limit: int) -> bool:

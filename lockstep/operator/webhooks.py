@@ -48,6 +48,7 @@ from lockstep.operator.injection import (
 
 from lockstep.core.names import GROUP, INJECT_LABEL, INTERFACE_ANNOTATION, PLURAL, VERSION
 from lockstep.core.selection import select
+from lockstep.core.wire import DEFAULT_SIDECAR_PORT
 
 __all__ = ["InterfaceLookup", "KopfApiLookup", "Resolution", "register_webhooks", "resolve_binding"]
 
@@ -183,7 +184,7 @@ def sidecar_settings(config: Any) -> InjectionSettings:
         operator_ca=Path(ca_path).read_text() if ca_path else "",
         resources=getattr(config, "sidecar_resources", None) or {},
         token_expiration_seconds=int(getattr(config, "token_expiration_seconds", 3600)),
-        port=int(getattr(config, "sidecar_port", 9090)),
+        port=int(getattr(config, "sidecar_port", DEFAULT_SIDECAR_PORT)),
     )
 
 

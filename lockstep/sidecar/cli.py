@@ -8,6 +8,9 @@ import os
 import signal
 
 import click
+
+from lockstep.core.names import ENV_SIDECAR_PORT
+from lockstep.core.wire import DEFAULT_SIDECAR_PORT
 from lockstep.sidecar.lean import skip_package_inits
 from lockstep.sidecar.settings import SettingsError, SidecarSettings
 
@@ -48,5 +51,5 @@ async def _main() -> None:
 
 
 def _port_or_default() -> int:
-    raw = os.environ.get("LOCKSTEP_SIDECAR_PORT", "")
-    return int(raw) if raw.isdigit() else 9090
+    raw = os.environ.get(ENV_SIDECAR_PORT, "")
+    return int(raw) if raw.isdigit() else DEFAULT_SIDECAR_PORT

@@ -12,6 +12,8 @@ from collections.abc import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from lockstep.core.wire import DEFAULT_SIDECAR_PORT
+
 __all__ = ["HealthServer"]
 
 REQUEST_TIMEOUT = 5.0
@@ -20,7 +22,7 @@ MAX_HEAD = 8192
 
 class HealthServer:
     def __init__(self, registry: CollectorRegistry, healthy: Callable[[], bool], *,
-                 host: str = "0.0.0.0", port: int = 9090) -> None:
+                 host: str = "0.0.0.0", port: int = DEFAULT_SIDECAR_PORT) -> None:
         self._registry, self._healthy, self._host, self._port = registry, healthy, host, port
         self._server: asyncio.Server | None = None
 

@@ -21,9 +21,7 @@ HOME = "core/names.py"
 
 #: Definitions left in files the lead is rewriting (issue 19); each is to be replaced by an import from
 #: lockstep.core.names, then its entry deleted. Empty this list; never add to it.
-LEAD_OWNED_LEFT: dict[str, set[str]] = {
-    "operator/reports.py": {"lockstep.dev"},  # AUDIENCE: import TOKEN_AUDIENCE
-}
+LEAD_OWNED_LEFT: dict[str, set[str]] = {}
 
 
 def design_names() -> set[str]:
