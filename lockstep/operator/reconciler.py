@@ -63,7 +63,8 @@ VERDICT_CACHE_SIZE = 4096
 
 class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
     def __init__(self, config: OperatorConfig, client: KubeClient, metrics: Metrics, events: EventPoster,
-                 owns: Callable[[str], bool] = lambda key: True, clock: OperatorClock | None = None) -> None:
+                 owns: Callable[[str], bool] | None = None, clock: OperatorClock | None = None, *,
+                 alone: Callable[[], bool] | None = None) -> None:
         self.config = config
         #: The operator's own progress: a pod's silence never includes a pause of the operator.
         self.clock = clock or OperatorClock()
@@ -73,8 +74,10 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
         self.metrics = metrics
         self.events = events
         self.verdict_events = VerdictEvents(events)
-        #: Whether this replica owns an ownership key (owner_key); the resources it owned at the last rebalance.
-        self.owns = owns
+        #: Whether this replica owns an ownership key (owner_key), and whether it is the only replica (then
+        #: it owns everything, and no key is computed); the resources it owned at the last rebalance.
+        self.owns: Callable[[str], bool] = owns or (lambda key: True)
+        self.alone: Callable[[], bool] = alone or (lambda: owns is None)
         self._owned: set[Key] = set()
         self.cache = ClusterCache()
         self.tracks: dict[Key, PodTrack] = {}
@@ -98,7 +101,7 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
         return f"{namespace}/{name}"
 
     def owns_resource(self, key: Key) -> bool:
-        return self.owns(self.owner_key(*key))
+        return self.alone() or self.owns(self.owner_key(*key))
 
     def pod_owner_key(self, pod: PodRecord) -> str:
         """A pod goes with the resource that selects it (the first by name when several do: a conflict);
@@ -109,7 +112,7 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
         return f"{pod.namespace}/pods/{pod.name}"
 
     def owns_pod(self, pod: PodRecord) -> bool:
-        return self.owns(self.pod_owner_key(pod))
+        return self.alone() or self.owns(self.pod_owner_key(pod))
 
     async def rebalance(self) -> None:
         """The replicas changed: forget the pods of resources now owned by another replica (it writes
