@@ -119,3 +119,35 @@ async def test_every_replica_serves_and_each_resource_has_one_writer(
         assert (NAMESPACE, "p-low") in high_reconciler.tracks
         assert _pod_writes(kmock, "p-low") == 1
         assert verdict_of(kmock, "p-low") == ("True", "Verified")
+
+
+def _token(claims: object) -> str:
+    import base64
+
+    body = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
+    return f"Bearer eyJhbGciOiJSUzI1NiJ9.{body}.c2lnbmF0dXJl"
+
+
+def test_routing_reads_the_pod_from_the_token_claims_and_nothing_else() -> None:
+    """Routing only: the owner verifies the token with a TokenReview; a token that lies about its pod
+    only gets itself relayed to that pod's owner, which refuses it."""
+    from lockstep.operator.reports import unverified_pod_claims
+
+    bound = {"kubernetes.io": {"namespace": "agents", "pod": {"name": "p1", "uid": "u"}}}
+    assert unverified_pod_claims(_token(bound)) == ("agents", "p1")
+    for junk in ("", "Bearer", "Basic abc", "Bearer a.b", "Bearer a.!!!.c", _token([]), _token({"kubernetes.io": 1}),
+                 _token({"kubernetes.io": {"namespace": 1, "pod": {"name": "p"}}}), "Bearer a." + "x" * 9000 + ".c"):
+        assert unverified_pod_claims(junk) is None, junk
+
+
+async def test_a_relayed_for_address_is_believed_only_from_a_live_replica(
+        kmock: Emulator, tokens: TokenBook, tls_files: TlsFiles) -> None:
+    """The per-address limit on unknown tokens cannot be dodged by naming another address: the header
+    counts only from a live replica's address (the relay), never from a caller."""
+    await create_objects(kmock, make_resource([{"tools": TOOLS}]), make_pod("p1"))
+    config = operator_config(tls_files, source_rate=0.001, source_burst=1)
+    async with run_operator(kmock, config) as running:
+        sidecar = sidecar_for(running, tokens, tls_files, "p1")
+        first = await sidecar.post(make_report(), token="unknown-1", headers={"Lockstep-Relayed-For": "10.9.9.1"})
+        second = await sidecar.post(make_report(), token="unknown-2", headers={"Lockstep-Relayed-For": "10.9.9.2"})
+        assert first[0] == 401 and second == (429, second[1]) and second[1]["reason"] == "RateLimited"
