@@ -19,10 +19,14 @@ pod's condition is written. Usage::
     python bench/operator.py --sizes 100x10 --rate 300 --seconds 5
     python bench/operator.py --backend both         # also on a real control plane (KUBEBUILDER_ASSETS)
     python bench/operator.py --backend real --sizes 1000x10 --every-pod   # 10,000 pods, each reports once a phase
+    python bench/operator.py --backend real --sizes 100x10 --operators 1,2  # one replica, then two
 
 Each phase sends ``--rate`` x ``--seconds`` reports, one per pod (spread over every resource); with
 ``--every-pod`` every pod of N x M reports once per phase, whatever ``--seconds``. After the main table,
 a second one gives the costs per verdict change (first, drift) and per steady report (steady, digests).
+With ``--operators 2`` two replicas share the resources out (lockstep.operator.peering) and the load
+goes round robin over them, so about half the reports reach a replica that relays them to the owner;
+the operator CPU is the sum over the replicas, the peak RSS the largest replica's.
 
 With ``--backend real`` the API is a real kube-apiserver + etcd + kube-controller-manager: the
 resources and pods are created through it, each reporting pod's token comes from the TokenRequest API
@@ -66,6 +70,8 @@ from lockstep.core.report import Freshness, Observation
 from lockstep.core.revision import Revision
 
 NAMESPACE = "bench"
+PEERING = "bench"  # the peering object of the replicas (--operators 2 and more)
+HEARTBEAT = 5.0  # lockstep.operator.peering's
 RESOURCE_EVENT_WINDOW = 10.0  # lockstep.operator.reconciler's
 IDLE_SECONDS = 4.0
 AT = "2026-11-22T02:00:00Z"
@@ -161,8 +167,8 @@ async def create_all(emulator: Any, bodies: Sequence[dict[str, Any]], path: str)
 
 
 @contextlib.asynccontextmanager
-async def operator_process(kubeconfig: Path, folder: Path, report_port: int, metrics_port: int) -> AsyncIterator[int]:
-    tls = make_tls_files(folder)
+async def operator_process(kubeconfig: Path, folder: Path, report_port: int, metrics_port: int, tls: Any,
+                           index: int = 0, peering: str | None = None) -> AsyncIterator[int]:
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     launcher = folder / "operator_main.py"
     launcher.write_text("from lockstep.cli import main\nmain()\n")
@@ -172,7 +178,10 @@ async def operator_process(kubeconfig: Path, folder: Path, report_port: int, met
                "--webhook-port", "0", "--tls-cert", str(tls.cert), "--tls-key", str(tls.key),
                "--rate-per-pod", "100", "--rate-burst", "100",
                "--source-rate", "0"]  # the whole load comes from one address: no per-source limit
+    if peering:  # one of several replicas: each owns some resources and relays the others' reports
+        command += ["--peering", peering, "--advertise-address", "127.0.0.1", "--operator-ca", str(tls.cert)]
     log_path = Path(os.environ.get("LOCKSTEP_BENCH_LOG", folder / "operator.log"))
+    log_path = log_path.with_name(f"{log_path.stem}-{index}{log_path.suffix}") if index else log_path
     # Started once per run, before any load: blocking calls here do not skew the figures.
     log = open(log_path, "w")  # noqa: SIM115, ASYNC230 - closed below
     process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)  # noqa: ASYNC220
@@ -235,25 +244,37 @@ async def probe_ready(port: int, context: ssl.SSLContext, latencies: list[float]
             await asyncio.sleep(0.02)
 
 
-async def report_seconds(metrics_port: int) -> float:
-    """The operator's total time handling accepted reports (its histogram's sum)."""
-    async with aiohttp.ClientSession() as session, \
-            session.get(f"http://127.0.0.1:{metrics_port}/metrics") as response:
-        text = await response.text()
-    for line in text.splitlines():
-        if line.startswith('lockstep_report_duration_seconds_sum{outcome="accepted"}'):
-            return float(line.split()[-1])
-    return 0.0
+def operators_cpu(pids: Sequence[int]) -> float:
+    return sum(process_cpu(pid) for pid in pids)
 
 
-async def api_requests(metrics_port: int) -> tuple[dict[str, int], int]:
-    """The operator's API requests so far, by "VERB kind", and the bytes of their bodies both ways."""
-    async with aiohttp.ClientSession() as session, \
-            session.get(f"http://127.0.0.1:{metrics_port}/debug/api-requests") as response:
-        if response.status != 200:
-            return {}, 0
-        counts = await response.json()
-    return dict(counts.get("requests") or {}), int(counts.get("bytesSent", 0)) + int(counts.get("bytesReceived", 0))
+async def report_seconds(ports: Sequence[tuple[int, int]]) -> float:
+    """The replicas' total time handling accepted reports (their histograms' sum)."""
+    total = 0.0
+    for _, metrics_port in ports:
+        async with aiohttp.ClientSession() as session, \
+                session.get(f"http://127.0.0.1:{metrics_port}/metrics") as response:
+            text = await response.text()
+        for line in text.splitlines():
+            if line.startswith('lockstep_report_duration_seconds_sum{outcome="accepted"}'):
+                total += float(line.split()[-1])
+    return total
+
+
+async def api_requests(ports: Sequence[tuple[int, int]]) -> tuple[dict[str, int], int]:
+    """The replicas' API requests so far, by "VERB kind", and the bytes of their bodies both ways."""
+    requests: dict[str, int] = {}
+    size = 0
+    for _, metrics_port in ports:
+        async with aiohttp.ClientSession() as session, \
+                session.get(f"http://127.0.0.1:{metrics_port}/debug/api-requests") as response:
+            if response.status != 200:
+                continue
+            counts = await response.json()
+        for kind, count in (counts.get("requests") or {}).items():
+            requests[kind] = requests.get(kind, 0) + int(count)
+        size += int(counts.get("bytesSent", 0)) + int(counts.get("bytesReceived", 0))
+    return requests, size
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -263,7 +284,7 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-def load_in_process(name: str, targets: Sequence[tuple[str, dict[str, Any]]], url: str, rate: float,
+def load_in_process(name: str, targets: Sequence[tuple[str, dict[str, Any]]], url: Sequence[str], rate: float,
                     cafile: str) -> tuple[Phase, float]:
     """Run one phase's load (in the load process); returns the phase and the CPU seconds it took."""
     before = own_cpu()
@@ -280,13 +301,15 @@ def stamped(token: str, report: dict[str, Any]) -> bytes:
     return json.dumps({**report, **freshness.to_dict()}).encode()
 
 
-async def run_phase(name: str, targets: Sequence[tuple[str, dict[str, Any]]], url: str, rate: float,
+async def run_phase(name: str, targets: Sequence[tuple[str, dict[str, Any]]], urls: Sequence[str], rate: float,
                     context: ssl.SSLContext) -> Phase:
+    """Open loop at ``rate``; with several operator replicas the reports go round robin over them, as a
+    Service without affinity spreads them (a report reaching a replica that does not own its pod is relayed)."""
     latencies: list[float] = []
     ok = 0
     connector = aiohttp.TCPConnector(ssl=context, limit=128)
     async with aiohttp.ClientSession(connector=connector) as session:
-        async def send(token: str, report: dict[str, Any]) -> None:
+        async def send(token: str, report: dict[str, Any], url: str) -> None:
             nonlocal ok
             body = stamped(token, report)
             started = time.perf_counter()
@@ -303,7 +326,7 @@ async def run_phase(name: str, targets: Sequence[tuple[str, dict[str, Any]]], ur
             delay = began + count / rate - time.perf_counter()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(send(token, body)))
+            tasks.append(asyncio.create_task(send(token, body, urls[count % len(urls)])))
         await asyncio.gather(*tasks)
         elapsed = time.perf_counter() - began
     return Phase(name, len(targets), ok, elapsed, latencies)
@@ -314,9 +337,17 @@ def reporting(resources: int, replicas: int, rate: float, seconds: float) -> int
     return resources * replicas if seconds <= 0 else min(resources * replicas, int(rate * seconds))
 
 
-async def bench(resources: int, replicas: int, rate: float, seconds: float) -> tuple[list[Phase], float, int]:
+PEERING_OBJECT = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "metadata": {"name": PEERING}}
+
+
+async def bench(resources: int, replicas: int, rate: float, seconds: float,
+                operators: int = 1) -> tuple[list[Phase], float, int]:
     async with Emulator(history=False) as emulator, kmock.Server(emulator):
         declare_resources(emulator)
+        emulator.resources["kopf.dev/v1/clusterkopfpeerings"] = kmock.ResourceInfo(
+            kind="ClusterKopfPeering", singular="clusterkopfpeering", namespaced=False,
+            verbs={"get", "list", "watch", "create", "patch", "update", "delete"})
+        await create_all(emulator, [PEERING_OBJECT], "/apis/kopf.dev/v1/clusterkopfpeerings")
         tokens = TokenBook(emulator)
         await create_all(emulator, [resource(i) for i in range(resources)],
                          f"/apis/lockstep.dev/v1alpha1/namespaces/{NAMESPACE}/mcpserverinterfaces")
@@ -336,16 +367,18 @@ async def bench(resources: int, replicas: int, rate: float, seconds: float) -> t
                                                             "namespace": NAMESPACE}}]}))
             phases, rss = await run_phases(kubeconfig, Path(folder), resources, chosen, pod_tokens, rate,
                                            api_probe=lambda latencies: probe_api(emulator, latencies),
-                                           api_pids=None)
+                                           api_pids=None, operators=operators)
         writes = emulator.pod_status_writes
     return phases, rss, writes
 
 
 async def run_phases(kubeconfig: Path, folder: Path, resources: int, chosen: Sequence[tuple[int, int]],
                      pod_tokens: Sequence[str], rate: float, *, api_probe: Any,
-                     api_pids: Sequence[int] | None) -> tuple[list[Phase], float]:
-    """The operator as its own process, then the three phases of load from a second process. The API's
-    CPU is this process's (kmock runs here) or that of ``api_pids`` (a real control plane)."""
+                     api_pids: Sequence[int] | None, operators: int = 1) -> tuple[list[Phase], float]:
+    """The operator as its own process (``operators`` replicas sharing the peering object PEERING), then
+    the phases of load from a second process. The API's CPU is this process's (kmock runs here) or that
+    of ``api_pids`` (a real control plane); the operator's is the sum over its replicas, its peak RSS
+    the largest replica's."""
     clean = {i: report_body(i, False) for i in range(resources)}
     drifted = {i: report_body(i, True) for i in range(resources)}
 
@@ -355,18 +388,25 @@ async def run_phases(kubeconfig: Path, folder: Path, resources: int, chosen: Seq
     spawn = multiprocessing.get_context("spawn")
     with ProcessPoolExecutor(1, mp_context=spawn) as load:
         await asyncio.get_running_loop().run_in_executor(load, own_cpu)  # start it before the load
-        report_port, metrics_port = free_port(), free_port()
-        async with operator_process(kubeconfig, folder, report_port, metrics_port) as pid:
+        tls = make_tls_files(folder)
+        ports = [(free_port(), free_port()) for _ in range(operators)]
+        async with contextlib.AsyncExitStack() as stack:
+            pids = [await stack.enter_async_context(operator_process(
+                kubeconfig, folder, report_port, metrics_port, tls, index, PEERING if operators > 1 else None))
+                for index, (report_port, metrics_port) in enumerate(ports)]
+            if operators > 1:
+                await asyncio.sleep(2 * HEARTBEAT + 2)  # every replica has seen the others in the peering object
+            report_port = ports[0][0]
             context = ssl.create_default_context(cafile=str(folder / "tls.crt"))  # for the probes
-            url = f"https://127.0.0.1:{report_port}/v1/reports"
+            url = [f"https://127.0.0.1:{port}/v1/reports" for port, _ in ports]
             phases = []
             windows: list[float] = []
             digests = {i: digests_only(body) for i, body in drifted.items()}
             for name, bodies in (("first", clean), ("drift", drifted), ("steady", drifted), ("digests", digests)):
                 targets = [(token, bodies[i]) for token, (i, _) in zip(pod_tokens, chosen)]
-                operator_before, api_before = process_cpu(pid), api_cpu()
-                server_before = await report_seconds(metrics_port)
-                requests_before, bytes_before = await api_requests(metrics_port)
+                operator_before, api_before = operators_cpu(pids), api_cpu()
+                server_before = await report_seconds(ports)
+                requests_before, bytes_before = await api_requests(ports)
                 api_latencies: list[float] = []
                 loop_latencies: list[float] = []
                 probes = [asyncio.create_task(api_probe(api_latencies)),
@@ -377,37 +417,38 @@ async def run_phases(kubeconfig: Path, folder: Path, resources: int, chosen: Seq
                 for probe in probes:
                     probe.cancel()
                 phase.api_latencies, phase.loop_latencies = api_latencies, loop_latencies
-                phase.operator_cpu = process_cpu(pid) - operator_before
+                phase.operator_cpu = operators_cpu(pids) - operator_before
                 phase.emulator_cpu = api_cpu() - api_before
                 tail_began = time.perf_counter()
                 await asyncio.sleep(1.5)  # the status flush (every second) and the Events of the phase's changes
-                phase.operator_cpu_total = process_cpu(pid) - operator_before
+                phase.operator_cpu_total = operators_cpu(pids) - operator_before
                 phase.api_cpu_total = api_cpu() - api_before
                 windows.append(time.perf_counter() - tail_began + phase.elapsed)
-                phase.server_seconds = await report_seconds(metrics_port) - server_before
+                phase.server_seconds = await report_seconds(ports) - server_before
                 if name in ("first", "drift"):  # the resource Events batched over 10 s (the CPU is measured above)
                     await asyncio.sleep(RESOURCE_EVENT_WINDOW)
-                requests_after, bytes_after = await api_requests(metrics_port)
+                requests_after, bytes_after = await api_requests(ports)
                 phase.api_requests = {kind: count - requests_before.get(kind, 0) for kind, count in requests_after.items()
                                       if count - requests_before.get(kind, 0) > 0}
                 phase.api_bytes = bytes_after - bytes_before
                 phases.append(phase)
             # The idle cost after the load (kopf, the operator's timers, the probes): the per-report costs net of it.
             idle_probes = [asyncio.create_task(api_probe([])), asyncio.create_task(probe_ready(report_port, context, []))]
-            operator_idle, api_idle, idle_began = process_cpu(pid), api_cpu(), time.perf_counter()
+            operator_idle, api_idle, idle_began = operators_cpu(pids), api_cpu(), time.perf_counter()
             await asyncio.sleep(IDLE_SECONDS)
             idle_seconds = time.perf_counter() - idle_began
-            operator_idle, api_idle = process_cpu(pid) - operator_idle, api_cpu() - api_idle
+            operator_idle, api_idle = operators_cpu(pids) - operator_idle, api_cpu() - api_idle
             for probe in idle_probes:
                 probe.cancel()
             for phase, window in zip(phases, windows):
                 phase.operator_cpu_net = phase.operator_cpu_total - operator_idle * window / idle_seconds
                 phase.api_cpu_net = phase.api_cpu_total - api_idle * window / idle_seconds
-            rss = peak_rss_mb(pid)
+            rss = max(peak_rss_mb(pid) for pid in pids)
     return phases, rss
 
 
-async def bench_real(resources: int, replicas: int, rate: float, seconds: float) -> tuple[list[Phase], float, int]:
+async def bench_real(resources: int, replicas: int, rate: float, seconds: float,
+                     operators: int = 1) -> tuple[list[Phase], float, int]:
     """The same three phases against a real control plane."""
     from lockstep_testing.control_plane import assets_folder, start_control_plane
     from lockstep_testing.lockstep_install import install_crds
@@ -421,6 +462,7 @@ async def bench_real(resources: int, replicas: int, rate: float, seconds: float)
         async with api:
             await api.create("/api/v1/namespaces", [{"apiVersion": "v1", "kind": "Namespace",
                                                      "metadata": {"name": NAMESPACE}}])
+            await api.create("/apis/kopf.dev/v1/clusterkopfpeerings", [PEERING_OBJECT])
             await api.create(f"/apis/lockstep.dev/v1alpha1/namespaces/{NAMESPACE}/mcpserverinterfaces",
                              [_real(resource(i)) for i in range(resources)])
             pods = [_real(pod(i, r)) for i in range(resources) for r in range(replicas)]
@@ -439,7 +481,8 @@ async def bench_real(resources: int, replicas: int, rate: float, seconds: float)
         pod_tokens = await asyncio.gather(*(token(f"server-{i}-{r}") for i, r in chosen))
         phases, rss = await run_phases(plane.kubeconfig, Path(folder), resources, chosen, pod_tokens, rate,
                                        api_probe=lambda latencies: api.probe(latencies),
-                                       api_pids=[process.popen.pid for process in plane._processes[:2]])
+                                       api_pids=[process.popen.pid for process in plane._processes[:2]],
+                                       operators=operators)
     return phases, rss, -1
 
 
@@ -528,6 +571,9 @@ def main() -> None:
                         help="every pod of N x M reports once per phase (its length is N x M / rate)")
     parser.add_argument("--backend", choices=["kmock", "real", "both"], default="kmock",
                         help="the emulated API (default), a real control plane (KUBEBUILDER_ASSETS), or both")
+    parser.add_argument("--operators", default="1",
+                        help="operator replicas, comma-separated to compare (e.g. 1,2): they share the resources "
+                             "out and the load goes round robin over them, as a Service spreads it")
     args = parser.parse_args()
     header = ["API", "N x M", "phase", "sent", "202", "reports/s", "p50 ms", "p99 ms", "operator CPU",
               "API CPU", "client CPU", "in operator ms", "API PATCH ms", "/readyz ms", "op CPU ms/202", "net", "API CPU ms/202", "net", "API req/202", "API KB/202",
@@ -536,17 +582,20 @@ def main() -> None:
     notes: list[str] = []
     costs: list[tuple[str, str, list[Phase], float]] = []
     backends = {"kmock": ["kmock"], "real": ["real"], "both": ["kmock", "real"]}[args.backend]
-    for backend in backends:
-        for size in args.sizes.split(","):
+    for backend, size, operators in [(backend, size, int(count)) for backend in backends
+                                     for size in args.sizes.split(",") for count in args.operators.split(",")]:
+        if True:
             resources, replicas = (int(part) for part in size.split("x"))
             run = bench if backend == "kmock" else bench_real
             seconds = 0.0 if args.every_pod else args.seconds
-            phases, rss, writes = asyncio.run(run(resources, replicas, args.rate, seconds))
-            costs.append((backend, size, phases, rss))
+            phases, rss, writes = asyncio.run(run(resources, replicas, args.rate, seconds, operators))
+            backend_label = backend if operators == 1 else f"{backend} x{operators}"
+            costs.append((backend_label, size, phases, rss))
             for index, phase in enumerate(phases):
                 first = index == 0
-                notes.append(f"{backend} {size} {phase.name}: API requests per 202: {phase.requests_line() or 'none'}")
-                rows.append([backend if first else "", size if first else "", *phase.row(), *phase.per_report(),
+                notes.append(f"{backend_label} {size} {phase.name}: API requests per 202: "
+                             f"{phase.requests_line() or 'none'}")
+                rows.append([backend_label if first else "", size if first else "", *phase.row(), *phase.per_report(),
                              f"{rss:.0f}" if first else "", (str(writes) if writes >= 0 else "-") if first else ""])
     widths = [max(len(str(row[column])) for row in [header, *rows]) for column in range(len(header))]
     print(f"rate {args.rate:.0f} reports/s, {args.seconds:.0f} s per phase; latency = report sent -> 202 "
