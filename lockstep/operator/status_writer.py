@@ -6,6 +6,7 @@ A mixin of :class:`lockstep.operator.reconciler.Reconciler`, whose ``__init__`` 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,8 @@ __all__ = ["StatusWriter"]
 
 logger = logging.getLogger(__name__)
 Key = tuple[str, str]
+#: Status writes in flight at once during a flush.
+FLUSH_CONCURRENCY = 8
 
 
 class StatusWriter:
@@ -49,11 +52,17 @@ class StatusWriter:
         def owns_resource(self, key: Key) -> bool: ...  # in lockstep.operator.reconciler
 
     async def flush_status(self, *, final: bool = False) -> None:
+        """Write the status of every dirty resource this replica owns, FLUSH_CONCURRENCY at a time (one
+        after the other, 1,000 dirty resources took 9-15 s of wall time: docs/scale.md)."""
         await self.verdict_events.post_batched(everything=final)
         dirty, self._dirty = self._dirty, set()
-        for key in dirty:
+        slots = asyncio.Semaphore(FLUSH_CONCURRENCY)
+
+        async def flush(key: Key) -> None:
             record = self.cache.resource(*key)
-            if record is not None and self.owns_resource(key):  # another replica's is its own to write
+            if record is None or not self.owns_resource(key):  # another replica's is its own to write
+                return
+            async with slots:
                 try:
                     await self._write_status(record)
                 except ApiUnavailable:
@@ -61,6 +70,8 @@ class StatusWriter:
                 except (KubeApiError, OSError) as error:
                     logger.warning("Cannot write the status of %s/%s: %s", *key, error)
                     self._dirty.add(key)
+
+        await asyncio.gather(*(flush(key) for key in dirty))
 
     async def _write_status(self, record: ResourceRecord) -> None:
         policy = record.policy
