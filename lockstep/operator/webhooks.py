@@ -23,6 +23,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlencode
 from typing import Any, Protocol
 
 import jsonpatch
@@ -68,11 +69,19 @@ class InterfaceLookup(Protocol):
 
 
 class KopfApiLookup:
-    """Lists MCPServerInterfaces with the running operator's own credentials (kopf's login and vault)."""
+    """Lists MCPServerInterfaces with the running operator's own credentials (kopf's login and vault);
+    with a shard's ``--watch-label-selector``, only the shard's (another shard's resources never bind a
+    pod this release injects)."""
+
+    def __init__(self, label_selector: str = "") -> None:
+        self.label_selector = label_selector
+
+    def path(self, namespace: str) -> str:
+        path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
+        return f"{path}?{urlencode({'labelSelector': self.label_selector})}" if self.label_selector else path
 
     async def __call__(self, namespace: str) -> Sequence[Mapping[str, Any]]:
-        found = await kopf_api.get(f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}",
-                                   settings=_api_settings(), logger=logger)
+        found = await kopf_api.get(self.path(namespace), settings=_api_settings(), logger=logger)
         return list(found.get("items") or [])
 
 
@@ -210,7 +219,7 @@ def register_webhooks(registry: kopf.OperatorRegistry, config: Any, *,
     ``metrics`` (the operator's, optional) counts requests in ``lockstep_webhook_requests_total``
     with ``webhook="mutate"`` and ``outcome`` ``injected``, ``unchanged``, ``skipped`` or ``refused``.
     """
-    find_interfaces: InterfaceLookup = lookup or KopfApiLookup()
+    find_interfaces: InterfaceLookup = lookup or KopfApiLookup(str(getattr(config, "watch_label_selector", "") or ""))
     excluded = ALWAYS_EXCLUDED_NAMESPACES | {str(getattr(config, "own_namespace", "") or "")} - {""}
 
     def count(outcome: str) -> None:

@@ -251,3 +251,17 @@ async def test_requests_are_counted_by_outcome(admit: Any, interfaces: list[Any]
     await admit(plain_pod(**{"lockstep.dev/inject": "disabled"}))  # refused: no opt-out allowed by default
     assert [webhook_metrics.count(outcome) for outcome in ("injected", "unchanged", "skipped", "refused")] == \
         [1, 1, 0, 1]
+
+
+def test_a_shards_webhook_lists_only_its_own_resources() -> None:
+    """A label shard's mutating webhook binds a pod only against the shard's MCPServerInterfaces: the
+    list it asks the API server for carries the shard's --watch-label-selector (another release's
+    resource in the same namespace never binds a pod this release injects)."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from lockstep.operator.webhooks import KopfApiLookup
+
+    assert KopfApiLookup().path("agents") == "/apis/lockstep.dev/v1alpha1/namespaces/agents/mcpserverinterfaces"
+    sharded = urlsplit(KopfApiLookup("lockstep.dev/shard in (a,b),!legacy").path("agents"))
+    assert sharded.path == "/apis/lockstep.dev/v1alpha1/namespaces/agents/mcpserverinterfaces"
+    assert parse_qs(sharded.query) == {"labelSelector": ["lockstep.dev/shard in (a,b),!legacy"]}
