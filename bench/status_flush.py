@@ -105,7 +105,7 @@ async def run(resources: int, pods: int, rounds: int) -> list[dict[str, Any]]:
                                                 certificate_path=str(plane.admin_cert),
                                                 private_key_path=str(plane.admin_key)))
         try:
-            config = OperatorConfig(namespaces=(NAMESPACE,))
+            config = OperatorConfig(namespaces=(NAMESPACE,), status_write_interval=0.0)  # every round flushes
             reconciler = Reconciler(config, client, Metrics(), EventPoster(client))
             await reconciler.resync()
             results.append(await flush("start", reconciler, client, api_cpu))

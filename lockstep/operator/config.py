@@ -51,6 +51,10 @@ class OperatorConfig:
     #: How often the stale timer runs, and how soon a changed resource status is written (seconds).
     stale_check_interval: float = 5.0
     status_flush_interval: float = 1.0
+    #: A resource's status is written at most once in this many seconds: its first change at the next
+    #: flush, the changes after it together (a rollout of its pods costs the API server one status write
+    #: per resource every few seconds, not one per flush; the pods' conditions are written at once).
+    status_write_interval: float = 5.0
     #: Largest definitions document kept in status for an unapproved observed revision (bytes of JSON).
     status_definitions_limit: int = 64 * 1024
     #: Larger ones go to a ConfigMap owned by the resource: at most this many per resource (the oldest

@@ -88,6 +88,7 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
         self._locks: dict[Key, asyncio.Lock] = {}
         self._dirty = set()
         self._written = {}
+        self._status_patched_at: dict[Key, float] = {}
         self._verdicts: dict[tuple[Any, ...], Verdict] = {}
         self._held = {}
         self._children = {}
@@ -155,6 +156,7 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
             for child in [child for child in self._children if child[:2] == (namespace, name)]:
                 del self._children[child]
             self._written.pop((namespace, name), None)
+            self._status_patched_at.pop((namespace, name), None)
             self.observed_maps.forget((namespace, name))
             self.metrics.forget_resource(namespace, name)
             if previous and self.synced.is_set():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -44,8 +45,9 @@ class StatusWriter:
     memory: dict[Key, ResourceMemory]
     #: Resources whose status is to be built (and written if it changed) at the next flush.
     _dirty: set[Key]
-    #: The status last written per resource.
+    #: The status last written per resource, and when (monotonic) it was last patched.
     _written: dict[Key, dict[str, Any]]
+    _status_patched_at: dict[Key, float]
 
     if TYPE_CHECKING:  # in lockstep.operator.quarantine
         async def _check_bypassing(self, record: ResourceRecord, memory: ResourceMemory) -> None: ...
@@ -58,9 +60,15 @@ class StatusWriter:
         dirty, self._dirty = self._dirty, set()
         slots = asyncio.Semaphore(FLUSH_CONCURRENCY)
 
+        now = time.monotonic()
+        spacing = 0.0 if final else self.config.status_write_interval
+
         async def flush(key: Key) -> None:
             record = self.cache.resource(*key)
             if record is None or not self.owns_resource(key):  # another replica's is its own to write
+                return
+            if now - self._status_patched_at.get(key, -spacing) < spacing:
+                self._dirty.add(key)  # written a moment ago: this change goes with the next write
                 return
             async with slots:
                 try:
@@ -92,6 +100,7 @@ class StatusWriter:
             if record.status.get("phase") and record.status.get("phase") != status["phase"] and previous:
                 logger.info("%s/%s: phase %s -> %s", *record.key, record.status.get("phase"), status["phase"])
             await self.client.merge_patch(self.client.resource_status_path(*record.key), {"status": status})
+            self._status_patched_at[record.key] = time.monotonic()
         self._written[record.key] = status
         await self.observed_maps.prune(record.key, unwanted)  # only once status no longer points at them
 

@@ -291,7 +291,7 @@ def operator_config(tls: TlsFiles, **overrides: Any) -> OperatorConfig:
     settings: dict[str, Any] = {
         "report_host": "127.0.0.1", "report_port": 0, "tls_cert_path": str(tls.cert),
         "tls_key_path": str(tls.key), "metrics_host": "127.0.0.1", "metrics_port": 0, "health_port": 0,
-        "webhook_port": 0, "stale_check_interval": 0.2, "status_flush_interval": 0.1, "rate_per_pod": 50.0,
+        "webhook_port": 0, "stale_check_interval": 0.2, "status_flush_interval": 0.1, "status_write_interval": 0.0, "rate_per_pod": 50.0,
         "rate_burst": 50}
     settings.update(overrides)
     return OperatorConfig(**settings)

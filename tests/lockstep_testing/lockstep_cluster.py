@@ -127,7 +127,8 @@ async def lockstep_cluster(kmock: Emulator, tmp_path: Path) -> AsyncIterator[Clu
     """Run the operator against ``kmock`` with TLS material in ``tmp_path``."""
     declare_resources(kmock)
     tokens = TokenBook(kmock)
-    config, certificates = loopback_operator_config(tmp_path, stale_check_interval=0.2, status_flush_interval=0.1)
+    config, certificates = loopback_operator_config(tmp_path, stale_check_interval=0.2, status_flush_interval=0.1,
+                                                           status_write_interval=0.0)
     async with run_operator(kmock, config) as running:
         yield Cluster(kmock, tokens, running, config, certificates,
                       f"https://127.0.0.1:{config.webhook_port}/mutate-pods")

@@ -152,7 +152,7 @@ async def install_lockstep(plane: ControlPlane, folder: Path, *, peering: bool =
             apply(plane, body)
     [account] = [body["metadata"]["name"] for body in rendered if body["kind"] == "ServiceAccount"]
     config, certificates = loopback_operator_config(
-        folder, stale_check_interval=0.5, status_flush_interval=0.2, sidecar_image=SIDECAR_IMAGE,
+        folder, stale_check_interval=0.5, status_flush_interval=0.2, status_write_interval=0.0, sidecar_image=SIDECAR_IMAGE,
         own_namespace=SYSTEM_NAMESPACE, peering_name=RELEASE if peering else None,
         peering_priority=100 if peering else None, advertise_address="127.0.0.1" if peering else "")
     webhook_port = config.webhook_port

@@ -4,6 +4,7 @@ window."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
@@ -96,3 +97,37 @@ async def test_past_the_budget_a_fleet_rollout_costs_no_pod_events(
                       if request.data["involvedObject"]["kind"] == "Pod"]
         assert [event["involvedObject"]["name"] for event in pod_events] == PODS[:3]
         assert operator.operator.reconciler.events.skipped == 5  # type: ignore[union-attr]
+
+
+async def test_a_resources_status_is_written_at_most_once_per_write_interval(
+        kmock: Emulator, tokens: TokenBook, tls_files: TlsFiles) -> None:
+    """A rollout changes its pods one after the other: the resource's status is written for the first
+    change at the next flush, and the changes within status_write_interval after it together (one
+    mcpserverinterfaces/status PATCH, not one per flush), while every pod's condition is written at once."""
+    from lockstep_testing.kmock_support import operator_config, run_operator, verdict_of
+
+    def status_writes() -> int:
+        return len(kmock["patch", kmock.resource("lockstep.dev/v1alpha1/mcpserverinterfaces"),
+                         kmock.subresource("status")])
+
+    async with run_operator(kmock, operator_config(tls_files, status_write_interval=3.0)) as operator:
+        await create_objects(kmock, make_resource([{"tools": TOOLS}]), *(make_pod(name) for name in PODS))
+        cache = operator.operator.reconciler.cache  # type: ignore[union-attr]
+        await wait_for(lambda: all(cache.pod(NAMESPACE, name) for name in PODS))
+        settled = status_writes()
+        while True:  # the writes at start are over, and so is the write interval after the last of them
+            await asyncio.sleep(3.2)
+            if status_writes() == settled:
+                break
+            settled = status_writes()
+        sidecars = [Sidecar(f"https://127.0.0.1:{operator.report_port}",
+                            tokens.issue(NAMESPACE, name, f"uid-{name}"), tls_files) for name in PODS]
+        before = status_writes()
+        for sidecar in sidecars:  # 8 verdict changes over about a second: 10 flushes of 0.1 s
+            assert (await sidecar.post(_report(TOOLS)))[0] == 202
+            await asyncio.sleep(0.12)
+        assert all(verdict_of(kmock, name) == ("True", "Verified") for name in PODS)
+        assert status_writes() - before == 1  # the first change only
+        await wait_for(lambda: kmock.objects["lockstep.dev/v1alpha1/mcpserverinterfaces", NAMESPACE, "weather"]
+                       ["status"]["pods"]["verified"] == len(PODS), timeout=10)
+        assert status_writes() - before == 2  # the first change, then the rest together
