@@ -95,6 +95,10 @@ def _label_selector(ctx: click.Context, param: click.Parameter, value: str | Non
               help="Per source address: reports/s with a token no cache knows (each costs a TokenReview); 0 = off.")
 @click.option("--source-burst", type=click.IntRange(1), default=50, show_default=True, envvar="LOCKSTEP_SOURCE_BURST",
               help="Burst of --source-rate.")
+@click.option("--status-write-interval", type=click.FloatRange(0), default=5.0, show_default=True,
+              envvar="LOCKSTEP_STATUS_WRITE_INTERVAL",
+              help="Seconds between two writes of one MCPServerInterface's status (its pods' conditions are "
+                   "written at once).")
 @click.option("--max-clock-skew", type=click.FloatRange(1), default=120.0, show_default=True,
               envvar="LOCKSTEP_MAX_CLOCK_SKEW", help="Largest gap (s) between a report's sentAt and this clock.")
 @click.option("--allow-opt-out", "allow_opt_out", multiple=True, envvar="LOCKSTEP_ALLOW_OPT_OUT",
@@ -110,7 +114,7 @@ def operator_command(namespaces: Sequence[str], watch_label_selector: str, watch
                      sidecar_image: str,
                      sidecar_resources: dict[str, Any], report_url: str, operator_ca_path: str | None,
                      token_expiration_seconds: int, own_namespace: str, source_rate: float, source_burst: int,
-                     max_clock_skew: float, allow_opt_out: Sequence[str], verbose: bool) -> None:
+                     status_write_interval: float, max_clock_skew: float, allow_opt_out: Sequence[str], verbose: bool) -> None:
     """Run the Lockstep operator: the report endpoint, judging, status, Events, metrics and webhooks.
 
     \b
@@ -138,6 +142,7 @@ def operator_command(namespaces: Sequence[str], watch_label_selector: str, watch
         token_expiration_seconds=token_expiration_seconds, own_namespace=own_namespace,
         allow_opt_out=tuple(name for entry in allow_opt_out for name in entry.split()),
         source_rate=source_rate, source_burst=source_burst, max_clock_skew=max_clock_skew,
+        status_write_interval=status_write_interval,
     )
     _require_credentials()
     asyncio.run(LockstepOperator(config).run())
