@@ -13,6 +13,7 @@ from lockstep.operator.judge import Policy
 
 from lockstep.core.conditions import CONDITION_TYPE
 from lockstep.core.names import INTERFACE_ANNOTATION
+from lockstep.core.replay import ReportStamp, recorded_stamp
 from lockstep.core.selection import is_stricter, label_selection_applies, select, selector_matches
 
 __all__ = ["BINDING_ANNOTATION", "ClusterCache", "PodRecord", "ResourceRecord"]
@@ -53,6 +54,13 @@ class PodRecord:
     @property
     def key(self) -> Key:
         return (self.namespace, self.name)
+
+    @property
+    def report_stamp(self) -> ReportStamp | None:
+        """The stamp of the report behind the pod's verdict (its annotation, read once per record)."""
+        if "_report_stamp" not in self.__dict__:
+            self.__dict__["_report_stamp"] = recorded_stamp(self.annotations)
+        return self.__dict__["_report_stamp"]
 
     @property
     def binding(self) -> str | None:

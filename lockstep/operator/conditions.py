@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from lockstep.core.replay import REPORT_STAMP_ANNOTATION, recorded_stamp
+from lockstep.core.replay import REPORT_STAMP_ANNOTATION
 from lockstep.operator.cache import PodRecord
 from lockstep.operator.freshness import StaleReport
 from lockstep.operator.events import pod_ref
@@ -160,7 +160,7 @@ class ConditionWrites:
         stamp = track.stamp if track is not None and track.uid == pod.uid else None
         if stamp is None:
             return {}
-        recorded = recorded_stamp(pod.annotations)
+        recorded = pod.report_stamp
         if recorded is not None and recorded != stamp:
             why = stamp.replays(recorded)
             if why is not None:

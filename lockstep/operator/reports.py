@@ -32,7 +32,6 @@ from lockstep.operator.relay import RELAYED_FOR_HEADER, RelayFailed, ReportRelay
 from lockstep.core.errors import InterfaceError
 from lockstep.core.model import loads_strict
 from lockstep.core.names import TOKEN_AUDIENCE
-from lockstep.core.replay import recorded_stamp
 from lockstep.core.wire import AnswerVerdict, ReportAnswer
 from lockstep.core.report import Freshness, Observation, ProxyReport
 
@@ -385,7 +384,7 @@ class ReportServer:
             raise Misrouted(self._owner_endpoint(pod))
         observation, freshness, proxy = await _read_observation(request, self.config.body_limit)
         try:
-            stamp = self.freshness.admit(identity.pod_uid, freshness, recorded=recorded_stamp(pod.annotations))
+            stamp = self.freshness.admit(identity.pod_uid, freshness, recorded=pod.report_stamp)
             # The write checks the stamp again against the pod as the API server has it (a write
             # guarded by resourceVersion that meets a newer pod reads it first).
             verdict = await self.reconciler.accept(pod, observation, proxy, stamp=stamp)
