@@ -21,16 +21,13 @@ from lockstep.operator.freshness import OperatorClock
 from lockstep.operator.kube import GROUP, PLURAL, VERSION, api_counts
 from lockstep.operator.metrics import Metrics
 from lockstep.operator.outage import PROBE_INTERVAL, ApiOutage, ApiUnavailable, EndlessBackoffs, TrackedKubeClient
-from lockstep.operator.peering import HEARTBEAT, LIFETIME, Membership
+from lockstep.operator.peering import HEARTBEAT, Membership
 from lockstep.operator.reconciler import Reconciler
 from lockstep.operator.reports import ReportServer, TokenReviewer
 
 __all__ = ["LockstepOperator"]
 
 logger = logging.getLogger(__name__)
-#: Seconds a replica's peering entry stays valid without a renewal: a killed replica's resources move
-#: this long after its last renewal (lockstep.operator.peering).
-PEERING_LIFETIME = LIFETIME
 
 
 class LockstepOperator:
