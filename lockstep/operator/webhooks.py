@@ -76,12 +76,12 @@ class KopfApiLookup:
     def __init__(self, label_selector: str = "") -> None:
         self.label_selector = label_selector
 
-    def path(self, namespace: str) -> str:
+    def list_path(self, namespace: str) -> str:
         path = f"/apis/{GROUP}/{VERSION}/namespaces/{namespace}/{PLURAL}"
         return f"{path}?{urlencode({'labelSelector': self.label_selector})}" if self.label_selector else path
 
     async def __call__(self, namespace: str) -> Sequence[Mapping[str, Any]]:
-        found = await kopf_api.get(self.path(namespace), settings=_api_settings(), logger=logger)
+        found = await kopf_api.get(self.list_path(namespace), settings=_api_settings(), logger=logger)
         return list(found.get("items") or [])
 
 

@@ -143,8 +143,9 @@ def _call(node: ast.Call, names: dict[str, str], helpers: dict[str, list[str]]) 
 
 
 def _parse(path: str, verb: str) -> ApiCall | None:
-    """An ApiCall from a path such as /api/v1/namespaces/{}/pods/{}/status."""
-    segments = path.strip("/").split("/")
+    """An ApiCall from a path such as /api/v1/namespaces/{}/pods/{}/status (a query string is not part
+    of the resource: ?labelSelector=...)."""
+    segments = path.partition("?")[0].strip("/").split("/")
     if segments[0] == "api":
         group, rest = "", segments[2:]
     elif segments[0] == "apis" and len(segments) >= 3:

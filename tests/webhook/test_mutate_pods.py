@@ -261,7 +261,7 @@ def test_a_shards_webhook_lists_only_its_own_resources() -> None:
 
     from lockstep.operator.webhooks import KopfApiLookup
 
-    assert KopfApiLookup().path("agents") == "/apis/lockstep.dev/v1alpha1/namespaces/agents/mcpserverinterfaces"
-    sharded = urlsplit(KopfApiLookup("lockstep.dev/shard in (a,b),!legacy").path("agents"))
+    assert KopfApiLookup().list_path("agents") == "/apis/lockstep.dev/v1alpha1/namespaces/agents/mcpserverinterfaces"
+    sharded = urlsplit(KopfApiLookup("lockstep.dev/shard in (a,b),!legacy").list_path("agents"))
     assert sharded.path == "/apis/lockstep.dev/v1alpha1/namespaces/agents/mcpserverinterfaces"
     assert parse_qs(sharded.query) == {"labelSelector": ["lockstep.dev/shard in (a,b),!legacy"]}
