@@ -199,6 +199,7 @@ class ReportRelay:
         self.backends: list[OperatorProcess] = []
         self.partitioned = False
         self._turn = 0
+        self._open: set[asyncio.StreamWriter] = set()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
 
@@ -217,6 +218,12 @@ class ReportRelay:
 
     def heal(self) -> None:
         self.partitioned = False
+
+    def reset(self) -> None:
+        """Close every open connection (as a Service's endpoints changing would): the sidecars open new
+        ones, which the round robin spreads over the replicas again."""
+        for writer in list(self._open):
+            writer.close()
 
     def _pick(self) -> OperatorProcess | None:
         """Round robin over the replicas that run, as the chart's Service does (it keeps every replica
@@ -240,9 +247,13 @@ class ReportRelay:
             writer.close()
             return
         dropped = self.partitioned  # a connection opened during a partition never gets through
-        await asyncio.gather(self._pipe(reader, upstream_writer, lambda: dropped or self.partitioned),
-                             self._pipe(upstream_reader, writer, lambda: dropped or self.partitioned),
-                             return_exceptions=True)
+        self._open.add(writer)
+        try:
+            await asyncio.gather(self._pipe(reader, upstream_writer, lambda: dropped or self.partitioned),
+                                 self._pipe(upstream_reader, writer, lambda: dropped or self.partitioned),
+                                 return_exceptions=True)
+        finally:
+            self._open.discard(writer)
 
     @staticmethod
     async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, drop: Any) -> None:
