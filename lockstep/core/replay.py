@@ -22,7 +22,7 @@ from lockstep.core.errors import LockstepError
 from lockstep.core.names import REPORT_STAMP_ANNOTATION
 from lockstep.core.report import Freshness
 
-__all__ = ["REPORT_STAMP_ANNOTATION", "ReportStamp", "StampError", "recorded_stamp"]
+__all__ = ["REPORT_STAMP_ANNOTATION", "ReportStamp", "StampError", "parse_moment", "recorded_stamp"]
 
 
 
@@ -30,7 +30,8 @@ class StampError(LockstepError):
     """A stamp that cannot be read: a timestamp that is not one, or an annotation that is not ours."""
 
 
-def _moment(text: Any, field: str) -> datetime.datetime:
+def parse_moment(text: Any, field: str) -> datetime.datetime:
+    """An ISO 8601 timestamp of a report (UTC when it names no zone); StampError when it is not one."""
     if not isinstance(text, str):
         raise StampError(f"{field} is not a timestamp")
     try:
@@ -50,7 +51,7 @@ class ReportStamp:
 
     @classmethod
     def of(cls, freshness: Freshness) -> ReportStamp:
-        return cls(freshness.boot_id, _moment(freshness.boot_time, "bootTime"), freshness.sequence)
+        return cls(freshness.boot_id, parse_moment(freshness.boot_time, "bootTime"), freshness.sequence)
 
     def replays(self, last: ReportStamp) -> str | None:
         """Why this stamp is not newer than ``last`` (a replayed report), or None when it is newer."""
@@ -63,10 +64,6 @@ class ReportStamp:
             return "a report from a sidecar process that started before the last one accepted for this pod: " \
                    "a replayed report"
         return None
-
-    def later(self, other: ReportStamp | None) -> ReportStamp:
-        """The newer of the two stamps (this one when ``other`` is None or not newer)."""
-        return self if other is None or other.replays(self) is not None else other
 
     def to_annotation(self) -> str:
         return json.dumps({"bootId": self.boot_id, "bootTime": self.boot_time.isoformat(),
@@ -85,7 +82,7 @@ class ReportStamp:
             raise StampError("the annotation has no bootId")
         if not isinstance(sequence, int) or isinstance(sequence, bool) or sequence < 0:
             raise StampError("the annotation has no sequence")
-        return cls(boot_id, _moment(body.get("bootTime"), "bootTime"), sequence)
+        return cls(boot_id, parse_moment(body.get("bootTime"), "bootTime"), sequence)
 
 
 def recorded_stamp(annotations: Mapping[str, str]) -> ReportStamp | None:

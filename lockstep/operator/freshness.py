@@ -15,7 +15,7 @@ import logging
 import time
 from collections import OrderedDict
 
-from lockstep.core.replay import ReportStamp, StampError
+from lockstep.core.replay import ReportStamp, StampError, parse_moment
 from lockstep.core.report import Freshness
 
 __all__ = ["DEFAULT_MAX_SKEW", "FreshnessBook", "OperatorClock", "StaleReport"]
@@ -52,10 +52,9 @@ class FreshnessBook:
         ``recorded``: the stamp the pod's annotation carries (the last verdict's report, whoever wrote it)."""
         now = now or datetime.datetime.now(datetime.UTC)
         try:
-            sent_at = datetime.datetime.fromisoformat(freshness.sent_at)
-        except ValueError:
-            raise StaleReport("ClockSkew", f"sentAt is not a timestamp: {freshness.sent_at[:40]!r}") from None
-        sent_at = sent_at if sent_at.tzinfo else sent_at.replace(tzinfo=datetime.UTC)
+            sent_at = parse_moment(freshness.sent_at, "sentAt")
+        except StampError as error:
+            raise StaleReport("ClockSkew", str(error)) from None
         if abs((now - sent_at).total_seconds()) > self.max_skew:
             raise StaleReport("ClockSkew", f"sentAt {freshness.sent_at} is more than {self.max_skew:g}s from the "
                                            "operator's clock (a replayed report, or clocks out of sync)")

@@ -131,8 +131,8 @@ class Membership:
         members = live_members(status, now)
         if all(member.priority != self.priority for member in members):
             members = sorted([*members, Member(self.priority, self.endpoint)], key=lambda member: member.priority)
-        gone = [key for key, info in status.items() if key.startswith(ENTRY_PREFIX)
-                and not any(f"{ENTRY_PREFIX}{member.priority}" == key for member in members)]
+        live = {f"{ENTRY_PREFIX}{member.priority}" for member in members}
+        gone = [key for key in status if key.startswith(ENTRY_PREFIX) and key not in live]
         if gone:
             try:
                 await self._client.merge_patch(self.path, {"status": {key: None for key in gone}})
