@@ -5,6 +5,8 @@ report for a pod the other owns is relayed to the owner."""
 from __future__ import annotations
 
 import json
+import ssl
+from typing import Any
 
 import aiohttp
 import kmock
@@ -151,3 +153,40 @@ async def test_a_relayed_for_address_is_believed_only_from_a_live_replica(
         first = await sidecar.post(make_report(), token="unknown-1", headers={"Lockstep-Relayed-For": "10.9.9.1"})
         second = await sidecar.post(make_report(), token="unknown-2", headers={"Lockstep-Relayed-For": "10.9.9.2"})
         assert first[0] == 401 and second == (429, second[1]) and second[1]["reason"] == "RateLimited"
+
+
+async def test_a_forged_peering_entry_never_receives_a_relayed_token(tmp_path: Any, tls_files: TlsFiles) -> None:
+    """Whoever can patch the peering object can add an entry naming their own address, and win some
+    resources. The relay sends them nothing: it verifies the owner with the operator's CA and the
+    Service's name before a byte of the report (or its bearer token) leaves."""
+    from aiohttp import web
+    from aiohttp.test_utils import make_mocked_request
+    from lockstep_testing.kmock_support import make_tls_files
+
+    from lockstep.operator.relay import RelayFailed, ReportRelay
+
+    received: list[str] = []
+
+    async def steal(request: web.Request) -> web.Response:
+        received.append(request.headers.get("Authorization", ""))
+        return web.json_response({}, status=202)
+
+    impostor = make_tls_files(tmp_path)  # a certificate of its own, for 127.0.0.1 too
+    app = web.Application()
+    app.router.add_post("/v1/reports", steal)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(str(impostor.cert), str(impostor.key))
+    site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    relay = ReportRelay(report_url="https://127.0.0.1:8443", ca_path=str(tls_files.cert), tls=True)
+    try:
+        request = make_mocked_request("POST", "/v1/reports", headers={"Authorization": "Bearer pod-token"})
+        with pytest.raises(RelayFailed):
+            await relay.send(request, b"{}", f"127.0.0.1:{port}")
+        assert received == []
+    finally:
+        await relay.close()
+        await runner.cleanup()
