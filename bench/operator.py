@@ -25,8 +25,10 @@ Each phase sends ``--rate`` x ``--seconds`` reports, one per pod (spread over ev
 ``--every-pod`` every pod of N x M reports once per phase, whatever ``--seconds``. After the main table,
 a second one gives the costs per verdict change (first, drift) and per steady report (steady, digests).
 With ``--operators 2`` two replicas share the resources out (lockstep.operator.peering) and the load
-goes round robin over them, so about half the reports reach a replica that relays them to the owner;
-the operator CPU is the sum over the replicas, the peak RSS the largest replica's.
+goes round robin over them, as a Service spreads it. A report that reaches a replica that does not own
+its pod is relayed to the owner, whose answer names its address (``reportTo``); like the sidecar, the
+load sends that pod's next reports straight there (``--no-affinity``: it does not, and about half the
+reports are relayed). The operator CPU is the sum over the replicas, the peak RSS the largest replica's.
 
 With ``--backend real`` the API is a real kube-apiserver + etcd + kube-controller-manager: the
 resources and pods are created through it, each reporting pod's token comes from the TokenRequest API
@@ -88,6 +90,7 @@ class Phase:
     operator_cpu: float = 0.0
     emulator_cpu: float = 0.0
     server_seconds: float = 0.0  # the operator's own sum of lockstep_report_duration_seconds
+    relayed: float = 0.0  # reports a replica passed on to the owner
     api_latencies: list[float] = field(default_factory=list)  # the emulated API's PATCH, probed aside
     loop_latencies: list[float] = field(default_factory=list)  # the operator's /readyz, probed aside
     client_cpu: float = 0.0
@@ -248,15 +251,17 @@ def operators_cpu(pids: Sequence[int]) -> float:
     return sum(process_cpu(pid) for pid in pids)
 
 
-async def report_seconds(ports: Sequence[tuple[int, int]]) -> float:
-    """The replicas' total time handling accepted reports (their histograms' sum)."""
+async def report_seconds(ports: Sequence[tuple[int, int]], outcome: str = "accepted",
+                         series: str = "sum") -> float:
+    """The replicas' total time handling accepted reports (their histograms' sum), or another outcome's
+    sum or count."""
     total = 0.0
     for _, metrics_port in ports:
         async with aiohttp.ClientSession() as session, \
                 session.get(f"http://127.0.0.1:{metrics_port}/metrics") as response:
             text = await response.text()
         for line in text.splitlines():
-            if line.startswith('lockstep_report_duration_seconds_sum{outcome="accepted"}'):
+            if line.startswith(f'lockstep_report_duration_seconds_{series}{{outcome="{outcome}"}}'):
                 total += float(line.split()[-1])
     return total
 
@@ -285,12 +290,13 @@ def peak_rss_mb(pid: int) -> float:
 
 
 def load_in_process(name: str, targets: Sequence[tuple[str, dict[str, Any]]], url: Sequence[str], rate: float,
-                    cafile: str) -> tuple[Phase, float]:
-    """Run one phase's load (in the load process); returns the phase and the CPU seconds it took."""
+                    cafile: str, hints: dict[str, str] | None) -> tuple[Phase, float, dict[str, str] | None]:
+    """Run one phase's load (in the load process); returns the phase, the CPU seconds it took and the
+    replica each pod's next report goes to (None: no affinity)."""
     before = own_cpu()
     context = ssl.create_default_context(cafile=cafile)
-    phase = asyncio.run(run_phase(name, targets, url, rate, context))
-    return phase, own_cpu() - before
+    phase = asyncio.run(run_phase(name, targets, url, rate, context, hints))
+    return phase, own_cpu() - before, hints
 
 
 def stamped(token: str, report: dict[str, Any]) -> bytes:
@@ -302,9 +308,10 @@ def stamped(token: str, report: dict[str, Any]) -> bytes:
 
 
 async def run_phase(name: str, targets: Sequence[tuple[str, dict[str, Any]]], urls: Sequence[str], rate: float,
-                    context: ssl.SSLContext) -> Phase:
+                    context: ssl.SSLContext, hints: dict[str, str] | None = None) -> Phase:
     """Open loop at ``rate``; with several operator replicas the reports go round robin over them, as a
-    Service without affinity spreads them (a report reaching a replica that does not own its pod is relayed)."""
+    Service spreads them, except a pod's report whose last answer named a replica (``reportTo``, kept in
+    ``hints`` by token unless it is None): that goes straight there, as the sidecar sends it."""
     latencies: list[float] = []
     ok = 0
     connector = aiohttp.TCPConnector(ssl=context, limit=128)
@@ -313,12 +320,17 @@ async def run_phase(name: str, targets: Sequence[tuple[str, dict[str, Any]]], ur
             nonlocal ok
             body = stamped(token, report)
             started = time.perf_counter()
+            if hints is not None and token in hints:
+                url = hints.pop(token)
             async with session.post(url, data=body, headers={"Authorization": f"Bearer {token}",
                                                              "Content-Type": "application/json"}) as response:
-                await response.read()
+                answer = await response.read()
                 if response.status == 202:
                     ok += 1
                     latencies.append(time.perf_counter() - started)
+                    report_to = json.loads(answer).get("reportTo") if hints is not None else None
+                    if report_to:
+                        hints[token] = f"https://{report_to}/v1/reports"  # type: ignore[index]
 
         tasks = []
         began = time.perf_counter()
@@ -341,7 +353,7 @@ PEERING_OBJECT = {"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering", "me
 
 
 async def bench(resources: int, replicas: int, rate: float, seconds: float,
-                operators: int = 1) -> tuple[list[Phase], float, int]:
+                operators: int = 1, affinity: bool = True) -> tuple[list[Phase], float, int]:
     async with Emulator(history=False) as emulator, kmock.Server(emulator):
         declare_resources(emulator)
         emulator.resources["kopf.dev/v1/clusterkopfpeerings"] = kmock.ResourceInfo(
@@ -367,14 +379,15 @@ async def bench(resources: int, replicas: int, rate: float, seconds: float,
                                                             "namespace": NAMESPACE}}]}))
             phases, rss = await run_phases(kubeconfig, Path(folder), resources, chosen, pod_tokens, rate,
                                            api_probe=lambda latencies: probe_api(emulator, latencies),
-                                           api_pids=None, operators=operators)
+                                           api_pids=None, operators=operators, affinity=affinity)
         writes = emulator.pod_status_writes
     return phases, rss, writes
 
 
 async def run_phases(kubeconfig: Path, folder: Path, resources: int, chosen: Sequence[tuple[int, int]],
                      pod_tokens: Sequence[str], rate: float, *, api_probe: Any,
-                     api_pids: Sequence[int] | None, operators: int = 1) -> tuple[list[Phase], float]:
+                     api_pids: Sequence[int] | None, operators: int = 1,
+                     affinity: bool = True) -> tuple[list[Phase], float]:
     """The operator as its own process (``operators`` replicas sharing the peering object PEERING), then
     the phases of load from a second process. The API's CPU is this process's (kmock runs here) or that
     of ``api_pids`` (a real control plane); the operator's is the sum over its replicas, its peak RSS
@@ -402,17 +415,19 @@ async def run_phases(kubeconfig: Path, folder: Path, resources: int, chosen: Seq
             phases = []
             windows: list[float] = []
             digests = {i: digests_only(body) for i, body in drifted.items()}
+            hints: dict[str, str] | None = {} if affinity else None
             for name, bodies in (("first", clean), ("drift", drifted), ("steady", drifted), ("digests", digests)):
                 targets = [(token, bodies[i]) for token, (i, _) in zip(pod_tokens, chosen)]
                 operator_before, api_before = operators_cpu(pids), api_cpu()
                 server_before = await report_seconds(ports)
+                relayed_before = await report_seconds(ports, "relayed", "count")
                 requests_before, bytes_before = await api_requests(ports)
                 api_latencies: list[float] = []
                 loop_latencies: list[float] = []
                 probes = [asyncio.create_task(api_probe(api_latencies)),
                           asyncio.create_task(probe_ready(report_port, context, loop_latencies))]
-                phase, client_cpu = await asyncio.get_running_loop().run_in_executor(
-                    load, load_in_process, name, targets, url, rate, str(folder / "tls.crt"))
+                phase, client_cpu, hints = await asyncio.get_running_loop().run_in_executor(
+                    load, load_in_process, name, targets, url, rate, str(folder / "tls.crt"), hints)
                 phase.client_cpu = client_cpu
                 for probe in probes:
                     probe.cancel()
@@ -425,6 +440,7 @@ async def run_phases(kubeconfig: Path, folder: Path, resources: int, chosen: Seq
                 phase.api_cpu_total = api_cpu() - api_before
                 windows.append(time.perf_counter() - tail_began + phase.elapsed)
                 phase.server_seconds = await report_seconds(ports) - server_before
+                phase.relayed = await report_seconds(ports, "relayed", "count") - relayed_before
                 if name in ("first", "drift"):  # the resource Events batched over 10 s (the CPU is measured above)
                     await asyncio.sleep(RESOURCE_EVENT_WINDOW)
                 requests_after, bytes_after = await api_requests(ports)
@@ -448,7 +464,7 @@ async def run_phases(kubeconfig: Path, folder: Path, resources: int, chosen: Seq
 
 
 async def bench_real(resources: int, replicas: int, rate: float, seconds: float,
-                     operators: int = 1) -> tuple[list[Phase], float, int]:
+                     operators: int = 1, affinity: bool = True) -> tuple[list[Phase], float, int]:
     """The same three phases against a real control plane."""
     from lockstep_testing.control_plane import assets_folder, start_control_plane
     from lockstep_testing.lockstep_install import install_crds
@@ -482,7 +498,7 @@ async def bench_real(resources: int, replicas: int, rate: float, seconds: float,
         phases, rss = await run_phases(plane.kubeconfig, Path(folder), resources, chosen, pod_tokens, rate,
                                        api_probe=lambda latencies: api.probe(latencies),
                                        api_pids=[process.popen.pid for process in plane._processes[:2]],
-                                       operators=operators)
+                                       operators=operators, affinity=affinity)
     return phases, rss, -1
 
 
@@ -574,6 +590,9 @@ def main() -> None:
     parser.add_argument("--operators", default="1",
                         help="operator replicas, comma-separated to compare (e.g. 1,2): they share the resources "
                              "out and the load goes round robin over them, as a Service spreads it")
+    parser.add_argument("--no-affinity", action="store_true",
+                        help="with several replicas, every report goes round robin, ignoring the replica "
+                             "the last answer named (reportTo): about half of them are relayed")
     args = parser.parse_args()
     header = ["API", "N x M", "phase", "sent", "202", "reports/s", "p50 ms", "p99 ms", "operator CPU",
               "API CPU", "client CPU", "in operator ms", "API PATCH ms", "/readyz ms", "op CPU ms/202", "net", "API CPU ms/202", "net", "API req/202", "API KB/202",
@@ -588,13 +607,16 @@ def main() -> None:
             resources, replicas = (int(part) for part in size.split("x"))
             run = bench if backend == "kmock" else bench_real
             seconds = 0.0 if args.every_pod else args.seconds
-            phases, rss, writes = asyncio.run(run(resources, replicas, args.rate, seconds, operators))
-            backend_label = backend if operators == 1 else f"{backend} x{operators}"
+            phases, rss, writes = asyncio.run(run(resources, replicas, args.rate, seconds, operators,
+                                                  not args.no_affinity))
+            backend_label = backend if operators == 1 else \
+                f"{backend} x{operators}" + (" relayed" if args.no_affinity else "")
             costs.append((backend_label, size, phases, rss))
             for index, phase in enumerate(phases):
                 first = index == 0
                 notes.append(f"{backend_label} {size} {phase.name}: API requests per 202: "
-                             f"{phase.requests_line() or 'none'}")
+                             f"{phase.requests_line() or 'none'}"
+                             + (f"; relayed {phase.relayed:.0f} of {phase.ok}" if operators > 1 else ""))
                 rows.append([backend_label if first else "", size if first else "", *phase.row(), *phase.per_report(),
                              f"{rss:.0f}" if first else "", (str(writes) if writes >= 0 else "-") if first else ""])
     widths = [max(len(str(row[column])) for row in [header, *rows]) for column in range(len(header))]

@@ -7,7 +7,9 @@
       {"verdict": {"status": "True", "reason": "Verified", "message": "..."},
        "digests": true,                                  # it takes digest-only reports
        "approved": {"ignore": ["/tools/*/description"],  # only to a sidecar that runs the proxy
-                    "components": [{"kind": "tool", "name": "get_forecast", "digest": "sha256:..."}]}}
+                    "components": [{"kind": "tool", "name": "get_forecast", "digest": "sha256:..."}]},
+       "reportTo": "10.244.0.7:8443"}                    # with several replicas: the one that judged
+
 
 - :class:`ApprovedComponents`: that ``approved`` part, every approved component digest and the ignore
   rules: what the sidecar's in-line proxy may let through (its :class:`~lockstep.core.gate.ComponentGate`).
@@ -19,6 +21,7 @@ at all (the proxy then keeps its gate: a malformed answer never widens what it l
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -320,11 +323,17 @@ class ReportAnswer:
     digests: bool = False
     #: To a sidecar that runs the in-line proxy: what it may let through (None: keep the gate it has).
     approved: ApprovedComponents | None = None
+    #: With several operator replicas: the address (``ip:port``) of the one that owns the pod and judged
+    #: this report. The sidecar sends its next report straight there, verifying the same certificate
+    #: name as the Service's, and goes back to the Service when that fails (None: through the Service).
+    report_to: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {"verdict": self.verdict.to_dict(), "digests": self.digests}
         if self.approved is not None:
             body["approved"] = self.approved.to_dict()
+        if self.report_to is not None:
+            body["reportTo"] = self.report_to
         return body
 
     @classmethod
@@ -337,4 +346,22 @@ class ReportAnswer:
             raise AnswerError(f"digests must be true or false, not {digests!r:.50}")
         approved = body.get("approved")
         return cls(AnswerVerdict.from_dict(body.get("verdict")), digests,
-                   None if approved is None else ApprovedComponents.from_dict(approved))
+                   None if approved is None else ApprovedComponents.from_dict(approved),
+                   _report_to(body.get("reportTo")))
+
+
+def _report_to(value: Any) -> str | None:
+    """An IP address and port, as a replica publishes its own (a name would send reports through DNS)."""
+    if value is None:
+        return None
+    if isinstance(value, str) and len(value) <= 64:
+        host, _, port = value.rpartition(":")
+        host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            pass
+        else:
+            if port.isascii() and port.isdigit() and 0 < int(port) < 65536 and (":" in host) == value.startswith("["):
+                return value
+    raise AnswerError(f"reportTo must be an IP address and port, not {value!r:.80}")

@@ -1,12 +1,13 @@
-"""A standby replica serves reports by relaying them to the leader.
+"""A replica passes a report for a pod another replica owns on to that owner.
 
-The report Service sends a report to any Ready replica. Only the leader judges (its watches are the
-live ones), so a standby passes the request on, as it came: the bearer token and the body, to the
-address the leader published in the peering object (lockstep.operator.peering), over HTTPS verified
-with the operator's CA for the Service's name. The leader authenticates the token itself; the
-relay adds the caller's address (RELAYED_FOR_HEADER), which the leader believes only from a live
-peer's address, for its per-address limit. A relayed report is never relayed again: a replica that
-gets one without leading answers 503, and the sidecar retries.
+The report Service sends a report to any Ready replica. Only the owner of the pod's MCPServerInterface
+judges it (lockstep.operator.peering), so another replica passes the request on as it came: the bearer
+token and the body, to the address the owner published in the peering object, over HTTPS verified with
+the operator's CA for the Service's name. The owner authenticates the token itself; the relay adds the
+caller's address (RELAYED_FOR_HEADER), which the owner believes only from a live peer's address, for
+its per-address limit. A relayed report is never relayed again: a replica that gets one for a pod it
+does not own answers 503, and the sidecar retries. The owner's answer names its address (``reportTo``),
+so the sidecar's next report skips this hop.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ _PASSED_ON = ("Authorization", "Content-Type")
 
 
 class RelayFailed(Exception):
-    """The leader could not be reached: the report is answered 503 and the sidecar sends it again."""
+    """The owner could not be reached: the report is answered 503 and the sidecar sends it again."""
 
 
 class ReportRelay:
@@ -43,7 +44,7 @@ class ReportRelay:
         self.relayed = 0
 
     async def send(self, request: web.Request, body: bytes, endpoint: str) -> web.Response:
-        """Send the report to the leader at ``endpoint`` (``host:port``) and answer with its answer."""
+        """Send the report to the owner at ``endpoint`` (``host:port``) and answer with its answer."""
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=RELAY_TIMEOUT,
                                                   connector=aiohttp.TCPConnector(limit=64, ssl=self._context))
@@ -58,7 +59,7 @@ class ReportRelay:
                 self.relayed += 1
                 return web.Response(status=answer.status, body=content, headers=relayed)
         except (aiohttp.ClientError, OSError, TimeoutError) as error:
-            raise RelayFailed(f"the leader at {endpoint} could not be reached: {error}") from None
+            raise RelayFailed(f"the owner at {endpoint} could not be reached: {error}") from None
 
     async def close(self) -> None:
         if self._session is not None:

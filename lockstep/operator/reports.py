@@ -398,7 +398,15 @@ class ReportServer:
         # does not say so, e.g. after a rollback: that operator would judge the digests as reported);
         # "approved": the proxy's gate, what it may let through.
         return ReportAnswer(AnswerVerdict(verdict.status, verdict.reason.value, verdict.message), digests=True,
-                            approved=self.reconciler.approved_for(pod) if proxy is not None else None)
+                            approved=self.reconciler.approved_for(pod) if proxy is not None else None,
+                            report_to=self._report_to())
+
+    def _report_to(self) -> str | None:
+        """This replica's address for the sidecar's next report, when there are others to avoid a relay."""
+        membership = self.membership
+        if membership is None or len(membership.members) < 2 or not membership.endpoint:
+            return None
+        return membership.endpoint
 
 
 def _not_serving() -> web.Response:

@@ -6,6 +6,12 @@ with capped exponential backoff (with jitter), and an observation made in the
 meantime replaces the one waiting, so the operator always gets the latest.
 The projected token is read from its file before every attempt: the kubelet
 rotates it.
+
+With several operator replicas, each pod's reports are judged by the replica that
+owns its MCPServerInterface; one sent through the Service to another replica is
+relayed, a second HTTPS hop. The owner's answer names its address (``reportTo``),
+and the next report goes straight there, verified against the Service's
+certificate name as before. Any failure there sends the report through the Service.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx2
 from lockstep.sidecar.metrics import SidecarMetrics
@@ -40,6 +47,8 @@ DEFINITIONS_REQUIRED = 428
 #: Refusals that can be transient: the operator's cache has not seen the new pod (404) or its
 #: MCPServerInterface (403) yet, or a TokenReview failed (401). Counted as rejected, retried.
 RETRIED_REJECTIONS = frozenset({401, 403, 404})
+#: A replica named by ``reportTo`` that does not accept a connection this soon is given up for the Service.
+DIRECT_CONNECT_TIMEOUT = 2.0
 
 
 @dataclass(frozen=True)
@@ -71,6 +80,11 @@ class Reporter:
                  on_delivered: Callable[[Delivery], None] | None = None,
                  withheld: WithheldLog | None = None) -> None:
         self._url, self._token_path, self._client, self._metrics = url, token_path, client, metrics
+        parts = urlsplit(url)
+        #: The Service's scheme and name: a replica reached by its address must present the same certificate.
+        self._scheme, self._server_name = parts.scheme, parts.hostname
+        #: The replica the last answer named (``ip:port``), where the next report goes; None: the Service.
+        self.report_to: str | None = None
         self._min_backoff, self._max_backoff = min_backoff, max_backoff
         self._on_delivered = on_delivered
         self._withheld = withheld  # proxy mode: every report carries a proxy section
@@ -130,15 +144,23 @@ class Reporter:
         A digest-only report the operator cannot take (428) is sent again at once with its definitions."""
         proxy = self._withheld.drain() if self._withheld is not None else None
         digests_only = observation.digest is not None and observation.digest == self._accepted
+        direct, self.report_to = self.report_to, None  # kept only when the next answer names it again
         try:
             freshness = Freshness(self.boot_id, self.boot_time, next(self._sequence), _utc_now())
             body = report_body(observation, freshness, proxy, with_definitions=not digests_only)
-            response = await self._client.post(self._url, json=body,
-                                               headers={"Authorization": f"Bearer {self._read_token()}"})
+            headers = {"Authorization": f"Bearer {self._read_token()}"}
+            if direct is None:
+                response = await self._client.post(self._url, json=body, headers=headers)
+            else:
+                response = await self._post_direct(direct, body, headers)
         except (httpx2.HTTPError, OSError) as error:
+            self._put_back(proxy)
+            if direct is not None and not isinstance(error, TokenUnavailableError):
+                logger.info("The operator replica at %s cannot be reached (%s); reporting through the Service",
+                            direct, _one_line(error))
+                return await self._attempt(observation)
             self._metrics.reports.labels("failed").inc()
             self._failed(f"Report not delivered, will retry: {_one_line(error)}")
-            self._put_back(proxy)
             return 0.0
         if response.status_code in RETRIED_STATUSES:
             self._metrics.reports.labels("failed").inc()
@@ -154,6 +176,7 @@ class Reporter:
         answer = _answer(response) if accepted else None
         # Digests only from now on, if the operator says it takes them (an older one judges them as reported).
         self._accepted = observation.digest if answer is not None and answer.digests else None
+        self.report_to = answer.report_to if answer is not None else None
         if self._failing is not None:
             since, count = self._failing
             logger.info("Operator reached again after %d failed attempts in %.0fs", count,
@@ -168,6 +191,13 @@ class Reporter:
         if self._on_delivered is not None:
             self._on_delivered(self.last_delivery)
         return _retry_after(response) if response.status_code in RETRIED_REJECTIONS else None
+
+    async def _post_direct(self, endpoint: str, body: object, headers: dict[str, str]) -> httpx2.Response:
+        """POST to the replica at ``endpoint``, verifying the Service's certificate name on that address."""
+        extensions = {"sni_hostname": self._server_name} if self._scheme == "https" and self._server_name else None
+        timeout = httpx2.Timeout(self._client.timeout.read, connect=DIRECT_CONNECT_TIMEOUT)
+        return await self._client.post(f"{self._scheme}://{endpoint}/v1/reports", json=body, headers=headers,
+                                       extensions=extensions, timeout=timeout)
 
     def _failed(self, message: str) -> None:
         """Warn at the first failure of a run of them; the retries that follow log at debug level."""

@@ -375,7 +375,7 @@ async def test_the_owner_replica_killed_during_a_rug_pull(rig: Rig) -> None:
 
 
 def _relayed(process: OperatorProcess) -> float:
-    """The reports the replica relayed to the leader, from its metrics."""
+    """The reports the replica relayed to the owner, from its metrics."""
     with urllib.request.urlopen(f"http://127.0.0.1:{process.metrics_port}/metrics", timeout=5) as answer:
         text = answer.read().decode()
     return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()

@@ -139,6 +139,24 @@ def test_a_malformed_answer_is_refused(body: Any) -> None:
         ReportAnswer.from_dict(body)
 
 
+@pytest.mark.parametrize("address", ["10.244.0.7:8443", "[fd00::7]:8443"])
+def test_the_replica_an_answer_names_round_trips(address: str) -> None:
+    answer = ReportAnswer(AnswerVerdict("True", "Verified", "ok"), digests=True, report_to=address)
+    assert answer.to_dict()["reportTo"] == address
+    assert ReportAnswer.from_dict(answer.to_dict()) == answer
+
+
+@pytest.mark.parametrize("address", [
+    "operator.example.com:8443",  # a name: the sidecar would resolve it through whatever DNS says
+    "fd00::7:8443", "[10.0.0.1]:8443", "10.0.0.1", "10.0.0.1:0", "10.0.0.1:65536", "10.0.0.1:\u0668443",
+    "10.0.0.1:8443/v1/reports?x=", "user@10.0.0.1:8443", 8443, ["10.0.0.1:8443"], "",
+])
+def test_an_answer_naming_anything_but_an_address_and_port_is_refused(address: Any) -> None:
+    """The sidecar builds a URL from it: a name, a path or credentials in it would go to another place."""
+    with pytest.raises(AnswerError, match="reportTo"):
+        ReportAnswer.from_dict({"verdict": {"status": "True", "reason": "Verified"}, "reportTo": address})
+
+
 def test_the_gate_passes_only_what_is_listed() -> None:
     gate = ApprovedComponents.from_dict({"components": [ENTRY]}).gate()
     listed = next(tool for tool in (TOOL, OTHER) if tool["name"] == ENTRY["name"])
