@@ -25,6 +25,11 @@ class SidecarMetrics:
                                   registry=self.registry)
         self.reports = Counter("lockstep_sidecar_reports", "Reports sent to the operator, by result.",
                                ["result"], registry=self.registry)
+        self.direct_reports = Counter(
+            "lockstep_sidecar_direct_reports",
+            "Reports sent straight to the operator replica the last answer named (reportTo), not through the "
+            "Service, by result: answered (any status), or unreachable (then sent through the Service).",
+            ["result"], registry=self.registry)
         self.list_changed = Counter("lockstep_sidecar_list_changed",
                                     "list_changed notifications received from the MCP server.",
                                     registry=self.registry)

@@ -49,6 +49,9 @@ DEFINITIONS_REQUIRED = 428
 RETRIED_REJECTIONS = frozenset({401, 403, 404})
 #: A replica named by ``reportTo`` that does not accept a connection this soon is given up for the Service.
 DIRECT_CONNECT_TIMEOUT = 2.0
+#: A replica's address that failed is not tried again for this long, whatever the answers name: a path
+#: that does not work (a NetworkPolicy, a certificate without the pod's route) must not cost every report.
+DIRECT_PAUSE = 300.0
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ class Reporter:
         self._scheme, self._server_name = parts.scheme, parts.hostname
         #: The replica the last answer named (``ip:port``), where the next report goes; None: the Service.
         self.report_to: str | None = None
+        self._paused: dict[str, float] = {}  # address -> monotonic time until which it is not tried
         self._min_backoff, self._max_backoff = min_backoff, max_backoff
         self._on_delivered = on_delivered
         self._withheld = withheld  # proxy mode: every report carries a proxy section
@@ -153,11 +157,14 @@ class Reporter:
                 response = await self._client.post(self._url, json=body, headers=headers)
             else:
                 response = await self._post_direct(direct, body, headers)
+                self._metrics.direct_reports.labels("answered").inc()
         except (httpx2.HTTPError, OSError) as error:
             self._put_back(proxy)
             if direct is not None and not isinstance(error, TokenUnavailableError):
                 logger.info("The operator replica at %s cannot be reached (%s); reporting through the Service",
                             direct, _one_line(error))
+                self._paused = {direct: time.monotonic() + DIRECT_PAUSE}
+                self._metrics.direct_reports.labels("unreachable").inc()
                 return await self._attempt(observation)
             self._metrics.reports.labels("failed").inc()
             self._failed(f"Report not delivered, will retry: {_one_line(error)}")
@@ -177,6 +184,8 @@ class Reporter:
         # Digests only from now on, if the operator says it takes them (an older one judges them as reported).
         self._accepted = observation.digest if answer is not None and answer.digests else None
         self.report_to = answer.report_to if answer is not None else None
+        if self.report_to is not None and self._paused.get(self.report_to, 0.0) > time.monotonic():
+            self.report_to = None
         if self._failing is not None:
             since, count = self._failing
             logger.info("Operator reached again after %d failed attempts in %.0fs", count,

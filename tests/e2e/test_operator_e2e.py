@@ -219,6 +219,21 @@ def test_deleting_the_resources_owner_replica_flaps_no_pod(cluster: Cluster) -> 
     assert sorted(by_ip) == sorted(member.endpoint.rpartition(":")[0] for member in members), (members, by_ip)
     chosen = owner(f"{cluster.namespace}/weather", [member.priority for member in members])
     [owner_pod] = [by_ip[member.endpoint.rpartition(":")[0]] for member in members if member.priority == chosen]
+    # Owner affinity: each answer names the owner's pod IP, and the sidecars send their next reports
+    # straight there, verifying the Service's certificate name on that address: no report is relayed.
+    time.sleep(12)  # two probe intervals: every pod has had an answer from the owner since both replicas run
+    apps = [p.metadata.name for p in cluster.pods("weather")]
+    first = {pod: report_counts(core, pod) for pod in by_ip.values()}
+    direct_first = {pod: direct_reports(core, cluster.namespace, pod) for pod in apps}
+    time.sleep(20)  # four more probe intervals of both pods
+    second = {pod: report_counts(core, pod) for pod in by_ip.values()}
+    direct_second = {pod: direct_reports(core, cluster.namespace, pod) for pod in apps}
+    assert sum(second[pod]["relayed"] - first[pod]["relayed"] for pod in by_ip.values()) == 0, (first, second)
+    assert second[owner_pod]["accepted"] - first[owner_pod]["accepted"] >= 4, (first, second)
+    # ... because each sidecar sent them to the owner's pod IP, which verified (none fell back).
+    for pod in apps:
+        assert direct_second[pod]["answered"] - direct_first[pod]["answered"] >= 2, (direct_first, direct_second)
+        assert direct_second[pod]["unreachable"] == 0, direct_second
     before = {p.metadata.name: next(c.last_transition_time for c in p.status.conditions if c.type == CONDITION)
               for p in cluster.pods("weather")}
     core.delete_namespaced_pod(owner_pod, SYSTEM_NAMESPACE)
@@ -230,3 +245,25 @@ def test_deleting_the_resources_owner_replica_flaps_no_pod(cluster: Cluster) -> 
     after = {p.metadata.name: next(c.last_transition_time for c in p.status.conditions if c.type == CONDITION)
              for p in cluster.pods("weather")}
     assert after == before  # not even a False that came and went between two polls
+
+
+def report_counts(core: Any, pod: str) -> dict[str, float]:
+    """The operator replica's reports so far by outcome, from its metrics (port 8080, through the API's pod proxy)."""
+    text = core.connect_get_namespaced_pod_proxy_with_path(f"{pod}:8080", SYSTEM_NAMESPACE, "metrics")
+    counts = {"accepted": 0.0, "relayed": 0.0}
+    for line in str(text).splitlines():
+        for outcome in counts:
+            if line.startswith(f'lockstep_report_duration_seconds_count{{outcome="{outcome}"}}'):
+                counts[outcome] += float(line.rsplit(" ", 1)[1])
+    return counts
+
+
+def direct_reports(core: Any, namespace: str, pod: str) -> dict[str, float]:
+    """The sidecar's reports sent straight to the owner replica (``lockstep_sidecar_direct_reports_total``)."""
+    text = core.connect_get_namespaced_pod_proxy_with_path(f"{pod}:9090", namespace, "metrics")
+    counts = {"answered": 0.0, "unreachable": 0.0}
+    for line in str(text).splitlines():
+        for result in counts:
+            if line.startswith(f'lockstep_sidecar_direct_reports_total{{result="{result}"}}'):
+                counts[result] = float(line.rsplit(" ", 1)[1])
+    return counts

@@ -162,3 +162,27 @@ async def test_an_address_reused_by_another_server_gets_no_token(
             assert verdict_of(kmock, "p1") == ("True", "Verified")
     finally:
         await runner.cleanup()
+
+
+async def test_an_address_that_failed_is_not_tried_again_for_a_while(tmp_path: Path) -> None:
+    """A path to the replica's address that does not work (a NetworkPolicy, a firewall) must not cost each
+    report a failed connection: after one failure the sidecar reports through the Service, however often
+    the answers name that address."""
+    token = tmp_path / "token"
+    token.write_text("token")
+    sent_to: list[str] = []
+
+    def cluster(request: httpx2.Request) -> httpx2.Response:
+        sent_to.append(str(request.url.host))
+        if request.url.host == "10.244.0.7":
+            raise httpx2.ConnectError("no route to host", request=request)
+        return httpx2.Response(202, json={"verdict": {"status": "True", "reason": "Verified", "message": ""},
+                                          "digests": True, "reportTo": "10.244.0.7:8443"})
+
+    async with httpx2.AsyncClient(transport=httpx2.MockTransport(cluster)) as client:
+        reporter = Reporter("https://lockstep-reports.lockstep-system.svc/v1/reports", token, client,
+                            SidecarMetrics())
+        for _ in range(4):
+            assert await _deliver(reporter) == 202
+    service = "lockstep-reports.lockstep-system.svc"
+    assert sent_to == [service, "10.244.0.7", service, service, service]
