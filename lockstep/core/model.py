@@ -304,19 +304,32 @@ def _type_name(value: Any) -> str:
 MAX_INTEGER_DIGITS = 400
 
 
+def _refuse_constant(constant: str) -> Any:
+    raise NonFiniteNumberError(f"{constant} is not a JSON number")
+
+
+def _refuse_long_integer(digits: str) -> Any:
+    if len(digits.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise MalformedInterfaceError(f"an integer of {len(digits)} digits is beyond any JSON number Lockstep "
+                                      "accepts")
+    return int(digits)
+
+
+#: One decoder for every call (json.loads with hooks builds a new one each time; the decoder keeps no state).
+_STRICT_DECODER = json.JSONDecoder(parse_constant=_refuse_constant, parse_int=_refuse_long_integer)
+
+
 def loads_strict(text: str | bytes) -> Any:
     """``json.loads`` that refuses NaN and Infinity instead of producing them."""
-
-    def refuse(constant: str) -> Any:
-        raise NonFiniteNumberError(f"{constant} is not a JSON number")
-
-    def refuse_long_integer(digits: str) -> Any:
-        if len(digits.lstrip("-")) > MAX_INTEGER_DIGITS:
-            raise MalformedInterfaceError(f"an integer of {len(digits)} digits is beyond any JSON number Lockstep "
-                                          "accepts")
-        return int(digits)
-
+    # What json.loads does before decoding: bytes in any JSON encoding, no byte order mark in a str.
+    if isinstance(text, str):
+        if text.startswith("\ufeff"):
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+    elif isinstance(text, (bytes, bytearray)):
+        text = text.decode(json.detect_encoding(text), "surrogatepass")
+    else:
+        raise TypeError(f"the JSON object must be str, bytes or bytearray, not {type(text).__name__}")
     try:
-        return json.loads(text, parse_constant=refuse, parse_int=refuse_long_integer)
+        return _STRICT_DECODER.decode(text)
     except RecursionError:
         raise NestingTooDeepError("the JSON nests deeper than the parser can follow") from None

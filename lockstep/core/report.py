@@ -96,6 +96,12 @@ class Observation:
     def failed(self) -> bool:
         return self.failure_reason is not None
 
+    def restamped(self, observed_at: str, view: str) -> Observation:
+        """This observation as seen again at ``observed_at`` in ``view`` (dataclasses.replace, without its
+        cost per digest-only report): every other field is this one's."""
+        return Observation(observed_at, self.digest, self.definitions, self.failure_reason, self.failure_message,
+                           view, self.interface)
+
     def to_dict(self, *, with_definitions: bool = True) -> dict[str, Any]:
         """The wire form; ``with_definitions=False``: a digest-only report (no ``definitions`` key)."""
         body: dict[str, Any] = {"observedAt": self.observed_at, "view": self.view}
@@ -110,7 +116,7 @@ class Observation:
     @classmethod
     def from_dict(cls, body: Any, limits: Limits = DEFAULT_LIMITS) -> Observation:
         """Parse and check a report body; raise ReportError with a one-line cause."""
-        if not isinstance(body, Mapping):
+        if type(body) is not dict and not isinstance(body, Mapping):  # a parsed body is a dict: no ABC check
             raise ReportError("a report must be a JSON object")
         observed_at = body.get("observedAt")
         view = body.get("view", DEFAULT_VIEW)
@@ -127,12 +133,7 @@ class Observation:
         entries = body.get("components") or []
         if not isinstance(entries, list):
             raise ReportError("components must be a list of {kind, name, digest}")
-        try:
-            ensure_formula(str(body.get("formula")))
-            components = [ComponentDigest.from_dict(entry) for entry in entries]
-            claimed = InterfaceDigest.from_components(components, str(body["formula"]))
-        except (FormulaError, InterfaceError, TypeError, KeyError, ValueError) as error:
-            raise ReportError(f"bad digests: {error}") from None
+        claimed = _claimed_digest(body.get("formula"), body.get("digest"), entries)
         if claimed.digest != body.get("digest"):
             raise ReportError("the aggregate digest does not match the component digests")
         definitions = body.get("definitions")
@@ -146,6 +147,65 @@ class Observation:
             if recomputed != claimed:
                 raise ReportError("the definitions do not match the reported digests")
         return cls(observed_at, claimed, definitions, view=view, interface=interface)
+
+
+class _ClaimedDigests:
+    """The digests of recent reports, by aggregate: a report whose formula and components are the same
+    strings in the same (sorted) order as one of these gets the same InterfaceDigest without digesting
+    again (the aggregate is a function of the component digests alone: nothing to invalidate). Bounded in
+    entries and in components held (a pod could send many made-up ones): the oldest go first."""
+
+    def __init__(self, size: int = 4096, components: int = 50_000) -> None:
+        self.size, self.components = size, components
+        self._by_aggregate: dict[str, InterfaceDigest] = {}
+        self._held = 0  # components in _by_aggregate
+
+    def get(self, formula: Any, aggregate: Any, entries: list[Any]) -> InterfaceDigest | None:
+        known = self._by_aggregate.get(aggregate) if type(aggregate) is str else None
+        if known is not None and known.formula == formula and _same_components(known.components, entries):
+            return known
+        return None
+
+    def put(self, claimed: InterfaceDigest) -> None:
+        if len(claimed.components) > self.components // 10:
+            return
+        previous = self._by_aggregate.pop(claimed.digest, None)
+        self._held += len(claimed.components) - (len(previous.components) if previous is not None else 0)
+        self._by_aggregate[claimed.digest] = claimed
+        while len(self._by_aggregate) > self.size or self._held > self.components:
+            self._held -= len(self._by_aggregate.pop(next(iter(self._by_aggregate))).components)
+
+
+_CLAIMED = _ClaimedDigests()
+
+
+def _claimed_digest(formula: Any, aggregate: Any, entries: list[Any]) -> InterfaceDigest:
+    """The digests a report claims, rebuilt from its components (the aggregate recomputed, compared with the
+    reported one by the caller); ReportError when they are not well formed."""
+    known = _CLAIMED.get(formula, aggregate, entries)
+    if known is not None:
+        return known
+    try:
+        ensure_formula(str(formula))
+        components = [ComponentDigest.from_dict(entry) for entry in entries]
+        claimed = InterfaceDigest.from_components(components, str(formula))
+    except (FormulaError, InterfaceError, TypeError, KeyError, ValueError) as error:
+        raise ReportError(f"bad digests: {error}") from None
+    if claimed.digest == aggregate:
+        _CLAIMED.put(claimed)
+    return claimed
+
+
+def _same_components(components: tuple[ComponentDigest, ...], entries: list[Any]) -> bool:
+    """Whether ``entries`` (a report's components) are ``components``, in their order."""
+    if len(components) != len(entries):
+        return False
+    for component, entry in zip(components, entries):
+        if (type(entry) is not dict or entry.get("digest") != component.digest
+                or entry.get("name") != component.name
+                or entry.get("kind") != component.kind):  # a str enum: equal to its value
+            return False
+    return True
 
 
 _BOOT_ID = re.compile(r"^[0-9a-f]{32}$")
@@ -170,7 +230,7 @@ class Freshness:
 
     @classmethod
     def from_dict(cls, body: Any) -> Freshness:
-        if not isinstance(body, Mapping):
+        if type(body) is not dict and not isinstance(body, Mapping):  # a parsed body is a dict: no ABC check
             raise ReportError("a report must be a JSON object")
         boot_id, boot_time, sequence, sent_at = (body.get(key) for key in ("bootId", "bootTime", "sequence", "sentAt"))
         if not isinstance(boot_id, str) or not _BOOT_ID.match(boot_id):

@@ -103,3 +103,65 @@ def test_forged_or_broken_reports_are_refused(mutate, message):
     mutate(body)
     with pytest.raises(ReportError, match=message):
         Observation.from_dict(body)
+
+
+def _digests_only() -> dict:
+    return copy.deepcopy(Observation.of_interface(Interface.from_document(DOCUMENT), "t").to_dict(with_definitions=False))
+
+
+@pytest.mark.parametrize(
+    "mutate",
+    [
+        lambda components: components[0].update(digest="sha256:" + "2" * 64),
+        lambda components: components[1].update(name="c"),
+        lambda components: components[1].update(kind="prompt"),
+        lambda components: components.pop(),
+        lambda components: components.append(dict(components[0])),
+    ],
+)
+def test_a_digest_only_report_reuses_the_digests_of_the_same_components_only(mutate):
+    """Digests rebuilt once per component list (lockstep.core.report._ClaimedDigests): a report that claims a
+    known aggregate with other components is judged as if none were kept."""
+    from lockstep.core.digest import ComponentDigest, InterfaceDigest
+
+    first, second = Observation.from_dict(_digests_only()), Observation.from_dict(_digests_only())
+    assert second.digest is first.digest
+    body = _digests_only()
+    mutate(body["components"])
+    rebuilt = InterfaceDigest.from_components([ComponentDigest.from_dict(entry) for entry in body["components"]])
+    if rebuilt.digest != body["digest"]:
+        with pytest.raises(ReportError, match="aggregate digest does not match"):
+            Observation.from_dict(body)
+    else:  # a name or kind the aggregate does not cover (it digests the component digests only)
+        assert Observation.from_dict(body).digest == rebuilt != first.digest
+    assert Observation.from_dict(_digests_only()).digest == first.digest
+    reordered = _digests_only()
+    reordered["components"].reverse()  # another order: digested again, the same digests
+    assert Observation.from_dict(reordered).digest == first.digest
+
+
+def test_the_claimed_digests_kept_are_bounded():
+    from lockstep.core.report import _ClaimedDigests
+
+    kept = _ClaimedDigests(size=2, components=30)
+    digests = [Observation.of_interface(Interface.from_document({"tools": [{"name": f"t{i}"}]}), "t").digest
+               for i in range(3)]
+    for digest in digests:
+        kept.put(digest)
+    entries = [[entry.to_dict() for entry in digest.components] for digest in digests]
+    assert kept.get("lockstep/v1", digests[0].digest, entries[0]) is None  # the oldest went first
+    assert kept.get("lockstep/v1", digests[2].digest, entries[2]) is digests[2]
+    assert kept.get("md5", digests[2].digest, entries[2]) is None
+    big = Observation.of_interface(Interface.from_document({"tools": [{"name": f"t{i}"} for i in range(4)]}), "t")
+    kept.put(big.digest)  # more than a tenth of the components limit: not kept
+    assert kept.get("lockstep/v1", big.digest.digest, [entry.to_dict() for entry in big.digest.components]) is None
+
+
+def test_restamped_keeps_every_other_field():
+    import dataclasses
+
+    observation = Observation.of_interface(Interface.from_document(DOCUMENT), "t", view="v")
+    again = observation.restamped("later", "w")
+    assert again == dataclasses.replace(observation, observed_at="later", view="w")
+    assert all(getattr(again, field.name) is getattr(observation, field.name)
+               for field in dataclasses.fields(Observation) if field.name not in ("observed_at", "view"))
