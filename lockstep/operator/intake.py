@@ -6,7 +6,6 @@ A mixin of :class:`lockstep.operator.reconciler.Reconciler`, whose ``__init__`` 
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import TYPE_CHECKING
 
@@ -92,7 +91,7 @@ class Intake:
             raise DefinitionsRequired(f"no definitions held for {short_digest(observation.digest.digest)}")
         track = self.tracks.get(pod.key)
         current = track.verdict if track is not None and track.uid == pod.uid and not track.stale else None
-        full = dataclasses.replace(held, observed_at=observation.observed_at, view=observation.view)
+        full = held.restamped(observation.observed_at, observation.view)
         verdict = self._judge_once(full, resources[0].policy, bool(track and track.uid == pod.uid and
                                                                    track.was_verified), proxied)
         if verdict.status == "True" and (current is None or current.status != "True"):

@@ -7,6 +7,7 @@ Pure logic: no Kubernetes client, no clock. The reconciler feeds it parsed resou
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -136,9 +137,10 @@ class Policy:
             return (*self.approved, self.trusted)
         return self.approved
 
-    @property
+    @functools.cached_property
     def judging_key(self) -> tuple[Any, ...]:
-        """What, when it changes, calls for judging every selected pod again."""
+        """What, when it changes, calls for judging every selected pod again (computed once: the policy is
+        frozen, and a changed one is a new object)."""
         return (tuple(revision.aggregate for revision in self.approved), self.ignore, self.enforcement,
                 self.approval, self.trusted.aggregate if self.trusted else None, self.stale_after)
 
