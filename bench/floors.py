@@ -335,6 +335,20 @@ async def probe_answers(call: Any, pod: dict[str, Any]) -> None:
             body = json.loads(text)
             described = f"kind {body.get('kind')}, keys {sorted(body)}"
         print(f"  PATCH answer for Accept {variant.accept}: {len(text)} bytes, {described}")
+    stale = {**pod, "rv": "1"}  # another party wrote the pod since: the guard must refuse the write
+    condition = {"type": CONDITION, "status": "True", "reason": "Verified", "message": MESSAGE,
+                 "lastProbeTime": None, "lastTransitionTime": "2026-11-25T10:00:00Z"}
+    for variant in VARIANTS:
+        if not variant.guard:
+            continue
+        try:
+            await call("PATCH", f"/api/v1/namespaces/floor/pods/pod-0/status{variant.query}",
+                       variant.body(stale, condition, "{}"), variant.content_type, variant.accept)
+            answered = "written (no guard!)"
+        except AssertionError as refused:
+            status, text = refused.args[0]
+            answered = f"HTTP {status} {json.loads(text).get('reason') if text[:1] == b'{' else ''}"
+        print(f"  variant {variant.key} with a stale resourceVersion: {answered}")
 
 
 async def check_pass(call: Any, pods: list[dict[str, Any]], variant: Variant, status: str, stamp: str) -> None:
