@@ -232,7 +232,8 @@ class Freshness:
     def from_dict(cls, body: Any) -> Freshness:
         if type(body) is not dict and not isinstance(body, Mapping):  # a parsed body is a dict: no ABC check
             raise ReportError("a report must be a JSON object")
-        boot_id, boot_time, sequence, sent_at = (body.get(key) for key in ("bootId", "bootTime", "sequence", "sentAt"))
+        boot_id, boot_time = body.get("bootId"), body.get("bootTime")
+        sequence, sent_at = body.get("sequence"), body.get("sentAt")
         if not isinstance(boot_id, str) or not _BOOT_ID.match(boot_id):
             raise ReportError("a report needs bootId (32 hex digits): is the sidecar older than the operator? "
                               "re-create the pod")

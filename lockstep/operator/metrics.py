@@ -5,6 +5,7 @@ Labels are bounded: namespace and resource names, states, reasons; never a pod, 
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable, Mapping
 
 from aiohttp import web
@@ -94,7 +95,7 @@ class Metrics:
         _remove(self.proxy_bypassing, namespace, interface)
 
     async def serve(self, request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(body=exposition(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     def initialise(self, reasons: Iterable[str] = REJECTION_REASONS) -> None:
         """Export the rejection counters at zero so that rate() works from the first rejection."""
@@ -102,6 +103,20 @@ class Metrics:
             self.reports_rejected.labels(reason)
         for outcome in ("accepted", "rejected", "relayed"):
             self.report_duration.labels(outcome)
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    """The text of a scrape, written with the cyclic garbage collector paused: a scrape builds a sample
+    object per series (tens of thousands with 1,000 resources), all freed by reference counting when it
+    ends; with the collector on, their number alone starts collections that walk the operator's whole
+    heap (its pods, kopf's state), and promotes them, which brings the next full collection closer."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return generate_latest(registry)
+    finally:
+        if paused:
+            gc.enable()
 
 
 def _remove(metric: Gauge, *labels: str) -> None:

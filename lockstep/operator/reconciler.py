@@ -291,7 +291,10 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
         await asyncio.gather(*(self._judge_pod(pod.key) for pod in pods))
 
     async def _judge_pod(self, key: Key) -> Verdict | None:
-        async with self._locks.setdefault(key, asyncio.Lock()):
+        lock = self._locks.get(key)
+        if lock is None:  # (setdefault would build a Lock on every call)
+            lock = self._locks[key] = asyncio.Lock()
+        async with lock:
             pod = self.cache.pod(*key)
             track = self.tracks.get(key)
             if pod is None or track is None or not self.owns_pod(pod):
