@@ -16,6 +16,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    disable_created_metrics,
     generate_latest,
 )
 
@@ -25,6 +26,11 @@ REJECTION_REASONS = ("Unauthenticated", "UnknownPod", "UidMismatch", "NotSelecte
                      "RateLimited", "Overloaded", "Replayed", "ClockSkew")
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
+
+# No ``*_created`` series: one per labelled child of every counter and histogram, they would double the
+# lines of a scrape (12,000 at 1,000 resources, 85 ms of the operator's CPU each) for nothing a dashboard
+# or alert uses. Process-wide, and the operator's process is its own.
+disable_created_metrics()
 
 #: Distinct ``client`` label values per resource in ``lockstep_proxy_withheld_total``.
 MAX_CLIENT_LABELS = 10
