@@ -178,6 +178,7 @@ class Reporter:
             logger.debug("The operator asks for the definitions: %s", _one_line(response.text))
             self._accepted = None
             self._put_back(proxy)
+            self.report_to = direct  # the replica that asked gets the definitions (through the Service: a relay)
             return await self._attempt(observation)
         accepted = 200 <= response.status_code < 300
         answer = _answer(response) if accepted else None

@@ -108,6 +108,14 @@ async def test_the_sidecar_reports_straight_to_the_owner_and_through_the_service
         assert sent_to == [f"{SERVICE_NAME}:{high.report_port}"] + [f"127.0.0.1:{low.report_port}"] * 3
         assert verdict_of(kmock, "p1") == ("True", "Verified")
 
+        # The owner forgets the definitions (as after its restart): its 428 and the full report that answers
+        # it both go to the owner's address.
+        low.operator.reconciler._held.clear()  # type: ignore[union-attr]
+        del sent_to[:]
+        assert await _deliver(reporter) == 202
+        assert sent_to == [f"127.0.0.1:{low.report_port}"] * 2
+        assert relay.relayed == 1
+
         # The owner goes away (a rolling update): the report meant for it goes through the Service at once,
         # and the remaining replica, alone now, names no address.
         low.stop.set()
