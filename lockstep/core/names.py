@@ -34,6 +34,7 @@ __all__ = [
     "KIND",
     "PLURAL",
     "PROXY_PORT_NAME",
+    "REPORT_PATH",
     "REPORT_STAMP_ANNOTATION",
     "SHORT_NAME",
     "SIDECAR_ENV",
@@ -106,6 +107,9 @@ SIDECAR_ENV = (
     ENV_PROBE_TIMEOUT, ENV_OPERATOR_URL, ENV_TOKEN_PATH, ENV_OPERATOR_CA, ENV_HEADERS_DIR, ENV_SIDECAR_PORT,
     ENV_PROXY_PORT, ENV_PROBE_CLIENT_CAPABILITIES,
 )
+
+#: The operator's report endpoint: sidecars post there, through the Service or to a replica's address.
+REPORT_PATH = "/v1/reports"
 
 #: The stamp of the report behind a pod's verdict (lockstep.core.replay), written by the operator.
 REPORT_STAMP_ANNOTATION = "lockstep.dev/last-report"

@@ -19,6 +19,8 @@ from urllib.parse import urlsplit
 import aiohttp
 from aiohttp import web
 
+from lockstep.core.names import REPORT_PATH
+
 __all__ = ["RELAYED_FOR_HEADER", "RelayFailed", "ReportRelay"]
 
 logger = logging.getLogger(__name__)
@@ -51,7 +53,7 @@ class ReportRelay:
         headers = {name: request.headers[name] for name in _PASSED_ON if name in request.headers}
         headers[RELAYED_FOR_HEADER] = request.remote or "unknown"
         try:
-            async with self._session.post(f"{self._scheme}://{endpoint}/v1/reports", data=body, headers=headers,
+            async with self._session.post(f"{self._scheme}://{endpoint}{REPORT_PATH}", data=body, headers=headers,
                                           server_hostname=self._server_name if self._context else None) as answer:
                 content = await answer.read()
                 relayed = {name: answer.headers[name] for name in ("Content-Type", "Retry-After")

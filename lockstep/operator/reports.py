@@ -31,7 +31,7 @@ from lockstep.operator.relay import RELAYED_FOR_HEADER, RelayFailed, ReportRelay
 
 from lockstep.core.errors import InterfaceError
 from lockstep.core.model import loads_strict
-from lockstep.core.names import TOKEN_AUDIENCE
+from lockstep.core.names import REPORT_PATH, TOKEN_AUDIENCE
 from lockstep.core.wire import AnswerVerdict, ReportAnswer
 from lockstep.core.report import Freshness, Observation, ProxyReport
 
@@ -225,7 +225,7 @@ class ReportServer:
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.config.body_limit)
-        app.router.add_post("/v1/reports", self.handle_report)
+        app.router.add_post(REPORT_PATH, self.handle_report)
         app.router.add_get("/readyz", self.handle_ready)
         app.router.add_get("/healthz", self.handle_health)
         return app

@@ -33,6 +33,7 @@ from lockstep.sidecar.metrics import SidecarMetrics
 from lockstep.sidecar.proxy import WithheldLog
 
 from lockstep.core.digest import InterfaceDigest
+from lockstep.core.names import REPORT_PATH
 from lockstep.core.report import Freshness, Observation, ProxyReport, report_body
 from lockstep.core.wire import AnswerVerdict, ApprovedComponents, ReportAnswer
 
@@ -88,7 +89,7 @@ class Reporter:
         self._scheme, self._server_name = parts.scheme, parts.hostname
         #: The replica the last answer named (``ip:port``), where the next report goes; None: the Service.
         self.report_to: str | None = None
-        self._paused: dict[str, float] = {}  # address -> monotonic time until which it is not tried
+        self._paused: tuple[str, float] | None = None  # the address that failed, and until when it is not tried
         self._min_backoff, self._max_backoff = min_backoff, max_backoff
         self._on_delivered = on_delivered
         self._withheld = withheld  # proxy mode: every report carries a proxy section
@@ -163,7 +164,7 @@ class Reporter:
             if direct is not None and not isinstance(error, TokenUnavailableError):
                 logger.info("The operator replica at %s cannot be reached (%s); reporting through the Service",
                             direct, _one_line(error))
-                self._paused = {direct: time.monotonic() + DIRECT_PAUSE}
+                self._paused = (direct, time.monotonic() + DIRECT_PAUSE)
                 self._metrics.direct_reports.labels("unreachable").inc()
                 return await self._attempt(observation)
             self._metrics.reports.labels("failed").inc()
@@ -178,14 +179,14 @@ class Reporter:
             logger.debug("The operator asks for the definitions: %s", _one_line(response.text))
             self._accepted = None
             self._put_back(proxy)
-            self.report_to = direct  # the replica that asked gets the definitions (through the Service: a relay)
+            self.report_to = direct  # the definitions go to the replica that asked (not a relay through the Service)
             return await self._attempt(observation)
         accepted = 200 <= response.status_code < 300
         answer = _answer(response) if accepted else None
         # Digests only from now on, if the operator says it takes them (an older one judges them as reported).
         self._accepted = observation.digest if answer is not None and answer.digests else None
         self.report_to = answer.report_to if answer is not None else None
-        if self.report_to is not None and self._paused.get(self.report_to, 0.0) > time.monotonic():
+        if self._paused is not None and self.report_to == self._paused[0] and self._paused[1] > time.monotonic():
             self.report_to = None
         if self._failing is not None:
             since, count = self._failing
@@ -206,7 +207,7 @@ class Reporter:
         """POST to the replica at ``endpoint``, verifying the Service's certificate name on that address."""
         extensions = {"sni_hostname": self._server_name} if self._scheme == "https" and self._server_name else None
         timeout = httpx2.Timeout(self._client.timeout.read, connect=DIRECT_CONNECT_TIMEOUT)
-        return await self._client.post(f"{self._scheme}://{endpoint}/v1/reports", json=body, headers=headers,
+        return await self._client.post(f"{self._scheme}://{endpoint}{REPORT_PATH}", json=body, headers=headers,
                                        extensions=extensions, timeout=timeout)
 
     def _failed(self, message: str) -> None:

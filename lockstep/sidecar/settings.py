@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lockstep.core.capabilities import DEFAULT_CLIENT_CAPABILITIES
+from lockstep.core.names import REPORT_PATH
 from lockstep.core.wire import SettingsError, SidecarEnv
 
 __all__ = ["SettingsError", "SidecarSettings"]
@@ -63,7 +64,7 @@ class SidecarSettings:
 
     @property
     def report_url(self) -> str:
-        return f"{self.operator_url}/v1/reports"
+        return f"{self.operator_url}{REPORT_PATH}"
 
     def ssl_context(self) -> ssl.SSLContext:
         """TLS verification for the report endpoint: the operator's CA, or the system's when none is set."""
