@@ -11,7 +11,15 @@ report (docs/threat-model.md):
 * ``shareProcessNamespace`` (the application could read the sidecar's token through /proc);
 * ``hostNetwork`` (the sidecar would probe whatever listens on the node's loopback);
 * on UPDATE: a changed sidecar (a pod's image is mutable), and ephemeral containers that mount the
-  token or target the sidecar.
+  token or target the sidecar;
+* anything the Pod Security Standards' ``baseline`` profile forbids (:func:`baseline_violations`): host
+  namespaces, ``hostPath`` volumes, privileged containers, added capabilities beyond the baseline list,
+  ``hostPort``, ``procMount: Unmasked``, Windows host processes, unconfined seccomp or AppArmor, custom
+  SELinux users, roles and types, unsafe sysctls. Each reaches the sidecar's files or the node: a
+  container beside the sidecar could read its token.
+
+:func:`pod_violations` judges a live pod body (one admitted while the webhook was off, say): the operator
+never judges such a pod verified.
 
 The binding rule (:func:`weaker_than`): the ``lockstep.dev/interface`` annotation may pick an interface
 only if it is at least as strict as every interface whose selector matches the pod.
@@ -34,9 +42,25 @@ from lockstep.operator.injection import (
 from lockstep.core.enforcement import strictness as rank
 from lockstep.core.selection import is_stricter
 
-__all__ = ["AdmissionPolicy", "as_injected", "opted_out", "strictness", "update_violations", "violations", "weaker_than"]
+__all__ = ["BASELINE_CAPABILITIES", "AdmissionPolicy", "as_injected", "baseline_violations", "opted_out",
+           "pod_violations", "strictness", "update_violations", "violations", "weaker_than"]
 
 CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
+
+#: What every refusal of the baseline rules starts with (after the field).
+BASELINE = "Lockstep enforces Pod Security baseline on pods it guards"
+#: Capabilities a container may add under the Pod Security Standards' baseline profile.
+BASELINE_CAPABILITIES = frozenset({
+    "AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE", "SETFCAP",
+    "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"})
+#: Sysctls the baseline profile allows (the "safe" set of Kubernetes 1.32).
+SAFE_SYSCTLS = frozenset({
+    "kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes", "net.ipv4.tcp_rmem", "net.ipv4.tcp_wmem"})
+SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"})
+APPARMOR_PREFIX = "container.apparmor.security.beta.kubernetes.io/"
 
 
 @dataclass(frozen=True)
@@ -68,6 +92,89 @@ def violations(pod: Mapping[str, Any], *, planned_sidecar: Mapping[str, Any] | N
                         "token through /proc; Lockstep refuses it")
     problems += _container_problems(spec, planned_sidecar)
     problems += _token_problems(spec, planned_token_volume)
+    problems += baseline_violations(pod)
+    return problems
+
+
+def pod_violations(pod: Mapping[str, Any]) -> list[str]:
+    """Why a live pod (as stored) cannot be trusted to hold the sidecar's token alone; empty when it can.
+
+    The same rules as admission, without the comparison to what Lockstep would inject today (a live
+    pod's sidecar was planned with the settings of its admission): for the operator, which never judges
+    such a pod verified, whatever admitted it (a webhook that was off, or set to Ignore)."""
+    return violations(pod, planned_sidecar=None, planned_token_volume=None)
+
+
+def _refuse(where: str, rule: str) -> str:
+    return f"{where}: {BASELINE}: {rule}"
+
+
+def baseline_violations(pod: Mapping[str, Any]) -> list[str]:
+    """What the Pod Security Standards' ``baseline`` profile forbids in ``pod`` (hostNetwork is refused
+    by :func:`violations` with its own reason), each naming the field and the rule."""
+    spec = pod.get("spec") or {}
+    problems: list[str] = []
+    for field in ("hostPID", "hostIPC"):
+        if spec.get(field):
+            problems.append(_refuse(f"spec.{field}", "host namespaces are not allowed (a container could reach "
+                                                     "the sidecar's processes and files through the host's)"))
+    for index, volume in enumerate(spec.get("volumes") or []):
+        if isinstance(volume, Mapping) and volume.get("hostPath") is not None:
+            path = (volume.get("hostPath") or {}).get("path", "")
+            problems.append(_refuse(f"spec.volumes[{index}].hostPath ({volume.get('name')}: {path})",
+                                    "hostPath volumes are not allowed (the node's files include every pod's "
+                                    "projected tokens)"))
+    context = spec.get("securityContext") or {}
+    problems += _context_problems("spec.securityContext", context)
+    for index, (name, value) in enumerate((item.get("name"), item.get("value"))
+                                          for item in context.get("sysctls") or [] if isinstance(item, Mapping)):
+        if name not in SAFE_SYSCTLS:
+            problems.append(_refuse(f"spec.securityContext.sysctls[{index}] ({name}={value})",
+                                    f"only the safe sysctls are allowed ({', '.join(sorted(SAFE_SYSCTLS))})"))
+    for key, value in ((pod.get("metadata") or {}).get("annotations") or {}).items():
+        if str(key).startswith(APPARMOR_PREFIX) and value not in ("runtime/default", "") \
+                and not str(value).startswith("localhost/"):
+            problems.append(_refuse(f"metadata.annotations[{key}]", "AppArmor may not be unconfined"))
+    for kind, index, container in _containers(spec):
+        where = f"spec.{kind}[{index}]"
+        security = container.get("securityContext") or {}
+        if security.get("privileged"):
+            problems.append(_refuse(f"{where}.securityContext.privileged", "privileged containers are not "
+                                                                           "allowed"))
+        added = [str(cap) for cap in (security.get("capabilities") or {}).get("add") or []]
+        beyond = [cap for cap in added if cap.upper().removeprefix("CAP_") not in BASELINE_CAPABILITIES]
+        if beyond:
+            problems.append(_refuse(f"{where}.securityContext.capabilities.add ({', '.join(beyond)})",
+                                    "only these capabilities may be added: "
+                                    + ", ".join(sorted(BASELINE_CAPABILITIES))))
+        if security.get("procMount") not in (None, "", "Default"):
+            problems.append(_refuse(f"{where}.securityContext.procMount ({security.get('procMount')})",
+                                    "procMount must be Default (an unmasked /proc exposes the node)"))
+        problems += _context_problems(f"{where}.securityContext", security)
+        for port_index, port in enumerate(container.get("ports") or []):
+            if isinstance(port, Mapping) and port.get("hostPort"):
+                problems.append(_refuse(f"{where}.ports[{port_index}].hostPort ({port.get('hostPort')})",
+                                        "host ports are not allowed"))
+    return problems
+
+
+def _context_problems(where: str, context: Mapping[str, Any]) -> list[str]:
+    """The rules a pod's and a container's securityContext share."""
+    problems = []
+    if (context.get("windowsOptions") or {}).get("hostProcess"):
+        problems.append(_refuse(f"{where}.windowsOptions.hostProcess", "Windows host processes are not allowed"))
+    if (context.get("seccompProfile") or {}).get("type") == "Unconfined":
+        problems.append(_refuse(f"{where}.seccompProfile.type", "seccomp may not be Unconfined"))
+    if (context.get("appArmorProfile") or {}).get("type") == "Unconfined":
+        problems.append(_refuse(f"{where}.appArmorProfile.type", "AppArmor may not be Unconfined"))
+    selinux = context.get("seLinuxOptions") or {}
+    if selinux.get("type", "") not in SELINUX_TYPES:
+        problems.append(_refuse(f"{where}.seLinuxOptions.type ({selinux.get('type')})",
+                                "the SELinux type must be one of " + ", ".join(sorted(SELINUX_TYPES - {""}))))
+    for field in ("user", "role"):
+        if selinux.get(field):
+            problems.append(_refuse(f"{where}.seLinuxOptions.{field}", "a custom SELinux user or role is not "
+                                                                       "allowed"))
     return problems
 
 
@@ -152,9 +259,14 @@ def update_violations(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[st
     if sidecar(old) != sidecar(new):
         problems.append(f"spec.initContainers ({SIDECAR_NAME}): the injected sidecar cannot be changed "
                         "(re-create the pod instead)")
+    # The baseline rules refuse what an UPDATE adds (a privileged ephemeral container, say), not what the
+    # pod had already: a pod admitted before them must still take its controllers' metadata updates
+    # (finalizers, owner references). The operator never judges such a pod verified (pod_violations).
+    before = set(baseline_violations(old))
     problems += [problem for problem in violations(new, planned_sidecar=sidecar(old) or None,
                                                     planned_token_volume=None)
-                 if not problem.startswith("spec.hostNetwork") and not problem.startswith("spec.shareProcess")]
+                 if not problem.startswith("spec.hostNetwork") and not problem.startswith("spec.shareProcess")
+                 and problem not in before]
     return problems
 
 

@@ -15,7 +15,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {"defaults": {}, "all-on": ALL_ON, "names
 
 @pytest.mark.parametrize("values", SCENARIOS.values(), ids=SCENARIOS.keys())
 def test_lint_reports_no_warning_or_error(values: dict[str, Any]) -> None:
-    report = lint(CHART_DIR, values, strict=True, namespace=NAMESPACE, kube_version="v1.29.0")
+    report = lint(CHART_DIR, values, strict=True, namespace=NAMESPACE, kube_version="v1.30.0")
     problems = [m for m in report["messages"] if m["severity"] >= 2]
     assert not problems and not report["errors"], problems or report["errors"]
 

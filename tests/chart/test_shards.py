@@ -151,7 +151,7 @@ def test_an_unknown_operator_fails_to_render(chart: Chart) -> None:
 
 
 def test_shard_values_lint_and_validate(releases: dict[str, list[Manifest]]) -> None:
-    report = lint(CHART_DIR, shard_values("a"), strict=True, namespace="lockstep-a", kube_version="v1.29.0")
+    report = lint(CHART_DIR, shard_values("a"), strict=True, namespace="lockstep-a", kube_version="v1.30.0")
     assert not [m for m in report["messages"] if m["severity"] >= 2] and not report["errors"]
     crds = crd_schemas(sorted((CHART_DIR / "crds").glob("*.yaml")))
     for objects in releases.values():

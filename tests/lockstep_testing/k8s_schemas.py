@@ -23,7 +23,7 @@ import yaml
 __all__ = ["KUBERNETES_VERSIONS", "SchemaViolation", "crd_schemas", "validate_object"]
 
 #: The oldest Kubernetes the chart supports (native sidecars) and the newest schema shipped.
-KUBERNETES_VERSIONS = ("1.29.0", kubernetes_validate.latest_version())
+KUBERNETES_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
 
 
 class SchemaViolation(AssertionError):

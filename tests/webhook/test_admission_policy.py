@@ -165,3 +165,162 @@ async def test_an_ordinary_update_and_a_harmless_debug_container_are_allowed(adm
     debugged["spec"]["ephemeralContainers"] = [{"name": "debug", "image": "busybox", "targetContainerName": "server"}]
     assert (await admit(debugged, webhook="validate-pods", operation="UPDATE", old=old,
                         sub_resource="ephemeralcontainers")).response["response"]["allowed"] is True
+
+
+# ---------------------------------------------------------------- Pod Security baseline (issue 25)
+
+BASELINE = "Lockstep enforces Pod Security baseline on pods it guards"
+
+
+def _app(pod: dict[str, Any]) -> dict[str, Any]:
+    return dict(pod["spec"]["containers"][0])
+
+
+def _host_pid(pod: dict[str, Any]) -> None:
+    pod["spec"]["hostPID"] = True
+
+
+def _host_ipc(pod: dict[str, Any]) -> None:
+    pod["spec"]["hostIPC"] = True
+
+
+def _host_path(pod: dict[str, Any]) -> None:
+    pod["spec"]["volumes"] = [{"name": "kubelet", "hostPath": {"path": "/var/lib/kubelet/pods"}}]
+    pod["spec"]["containers"][0]["volumeMounts"].append({"name": "kubelet", "mountPath": "/host"})
+
+
+def _privileged(kind: str) -> Any:
+    def change(pod: dict[str, Any]) -> None:
+        if kind == "containers":
+            pod["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+        else:
+            pod["spec"]["initContainers"] = [{"name": "setup", "image": "busybox",
+                                              "securityContext": {"privileged": True}}]
+    return change
+
+
+def _capability(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["securityContext"] = {"capabilities": {"add": ["NET_BIND_SERVICE", "SYS_PTRACE"]}}
+
+
+def _proc_mount(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["securityContext"] = {"procMount": "Unmasked"}
+
+
+def _host_process(pod: dict[str, Any]) -> None:
+    pod["spec"]["securityContext"] = {"windowsOptions": {"hostProcess": True}}
+
+
+def _host_port(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["ports"] = [{"containerPort": 8080, "hostPort": 8080}]
+
+
+def _seccomp(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["securityContext"] = {"seccompProfile": {"type": "Unconfined"}}
+
+
+def _sysctl(pod: dict[str, Any]) -> None:
+    pod["spec"]["securityContext"] = {"sysctls": [{"name": "kernel.core_pattern", "value": "|/evil"}]}
+
+
+def _selinux(pod: dict[str, Any]) -> None:
+    pod["spec"]["containers"][0]["securityContext"] = {"seLinuxOptions": {"type": "spc_t"}}
+
+
+@pytest.mark.parametrize(("change", "field", "rule"), [
+    (_host_pid, "spec.hostPID", "host namespaces are not allowed"),
+    (_host_ipc, "spec.hostIPC", "host namespaces are not allowed"),
+    (_host_path, "spec.volumes[0].hostPath (kubelet: /var/lib/kubelet/pods)", "hostPath volumes are not allowed"),
+    (_privileged("containers"), "spec.containers[0].securityContext.privileged", "privileged containers"),
+    (_privileged("initContainers"), "spec.initContainers[0].securityContext.privileged", "privileged containers"),
+    (_capability, "spec.containers[0].securityContext.capabilities.add (SYS_PTRACE)",
+     "only these capabilities may be added: AUDIT_WRITE, CHOWN"),
+    (_proc_mount, "spec.containers[0].securityContext.procMount (Unmasked)", "procMount must be Default"),
+    (_host_process, "spec.securityContext.windowsOptions.hostProcess", "Windows host processes"),
+    (_host_port, "spec.containers[0].ports[0].hostPort (8080)", "host ports are not allowed"),
+    (_seccomp, "spec.containers[0].securityContext.seccompProfile.type", "seccomp may not be Unconfined"),
+    (_sysctl, "spec.securityContext.sysctls[0] (kernel.core_pattern=|/evil)", "only the safe sysctls"),
+    (_selinux, "spec.containers[0].securityContext.seLinuxOptions.type (spc_t)", "the SELinux type must be"),
+], ids=["hostPID", "hostIPC", "hostPath", "privileged", "privileged-init", "capabilities", "procMount",
+        "hostProcess", "hostPort", "seccomp", "sysctls", "selinux"])
+async def test_each_field_pod_security_baseline_forbids_is_refused(admit: Any, interfaces: list[Any], change: Any,
+                                                                  field: str, rule: str) -> None:
+    """Issue 25: each of these lets a container beside the sidecar reach its token file (or the node)."""
+    interfaces.append(weather_interface())
+    pod = plain_pod()
+    change(pod)
+    message = refusal(await admit(pod))
+    assert f"{field}: {BASELINE}: {rule}" in message, message
+
+
+async def test_baseline_allows_what_baseline_allows(admit: Any, interfaces: list[Any]) -> None:
+    """The capabilities on the baseline list, a safe sysctl, RuntimeDefault seccomp, procMount Default."""
+    interfaces.append(weather_interface())
+    pod = plain_pod()
+    pod["spec"]["securityContext"] = {"sysctls": [{"name": "net.ipv4.ip_unprivileged_port_start", "value": "0"}],
+                                      "seccompProfile": {"type": "RuntimeDefault"}}
+    pod["spec"]["containers"][0]["securityContext"] = {"capabilities": {"add": ["NET_BIND_SERVICE", "CAP_CHOWN"]},
+                                                       "procMount": "Default", "privileged": False}
+    pod["spec"]["containers"][0]["ports"] = [{"containerPort": 8080}]
+    assert (await admit(pod)).response["response"]["allowed"] is True
+
+
+async def test_the_injected_sidecar_passes_and_a_live_injected_pod_has_no_violation(admit: Any,
+                                                                                   interfaces: list[Any]) -> None:
+    from lockstep.operator.admission_policy import pod_violations
+
+    pod = await _injected(admit, interfaces)
+    assert pod_violations(pod) == []
+    assert any(c["name"] == "lockstep-sidecar" for c in pod["spec"]["initContainers"])
+
+
+@pytest.mark.parametrize("change", [_host_pid, _host_path, _privileged("containers"), _capability],
+                         ids=["hostPID", "hostPath", "privileged", "capabilities"])
+async def test_pod_violations_judges_a_live_pod_admitted_without_the_webhook(admit: Any, interfaces: list[Any],
+                                                                            change: Any) -> None:
+    """What the operator calls on a pod it is about to judge: a pod admitted while the webhook was off
+    (or set to Ignore) is never verified."""
+    from lockstep.operator.admission_policy import pod_violations
+
+    pod = await _injected(admit, interfaces)
+    change(pod)
+    assert any(BASELINE in problem for problem in pod_violations(pod))
+
+
+async def test_pod_violations_names_the_side_doors_too(admit: Any, interfaces: list[Any]) -> None:
+    from lockstep.operator.admission_policy import pod_violations
+
+    pod = await _injected(admit, interfaces)
+    pod["spec"]["shareProcessNamespace"] = True
+    pod["spec"]["containers"][0]["volumeMounts"].append({"name": "lockstep-token", "mountPath": "/t"})
+    problems = pod_violations(pod)
+    assert any("shareProcessNamespace" in p for p in problems)
+    assert any("only the sidecar may mount lockstep-token" in p for p in problems)
+
+
+async def test_a_privileged_ephemeral_container_is_refused_on_update(admit: Any, interfaces: list[Any]) -> None:
+    """`kubectl debug --profile=sysadmin` adds a privileged ephemeral container: it could read every file
+    of the node, the sidecar's token among them."""
+    old = await _injected(admit, interfaces)
+    for debug, field in (
+            ({"name": "debug", "image": "busybox", "securityContext": {"privileged": True}},
+             "spec.ephemeralContainers[0].securityContext.privileged"),
+            ({"name": "debug", "image": "busybox", "securityContext": {"capabilities": {"add": ["SYS_PTRACE"]}}},
+             "spec.ephemeralContainers[0].securityContext.capabilities.add (SYS_PTRACE)")):
+        new = copy.deepcopy(old)
+        new["spec"]["ephemeralContainers"] = [debug]
+        admitted = await admit(new, webhook="validate-pods", operation="UPDATE", old=old,
+                               sub_resource="ephemeralcontainers")
+        assert f"{field}: {BASELINE}" in refusal(admitted)
+
+
+async def test_an_update_of_a_pod_that_already_broke_baseline_is_not_blocked(admit: Any,
+                                                                            interfaces: list[Any]) -> None:
+    """A pod admitted before these rules (or while the webhook was off) still takes its controllers'
+    metadata updates (finalizers, owner references): only what an UPDATE adds is refused."""
+    old = await _injected(admit, interfaces)
+    old["spec"]["hostPID"] = True
+    new = copy.deepcopy(old)
+    new["metadata"]["finalizers"] = []
+    assert (await admit(new, webhook="validate-pods", operation="UPDATE", old=old)
+            ).response["response"]["allowed"] is True
