@@ -1,0 +1,108 @@
+"""The tenants of issue 25's trust boundary (docs/threat-model.md#trust-boundary), for the real control
+plane and the real node: the deployer (a ServiceAccount bound to the built-in ClusterRole ``edit`` in
+the app's namespace) and the approver (a Role with write access to MCPServerInterface), the chart's
+ValidatingAdmissionPolicies, and requests sent as one of them. No pytest import.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["APPROVER", "DEPLOYER", "FORGED_STAMP", "POLICY_KINDS", "STAMP", "Answer", "approver_objects", "call_as", "deployer_objects",
+           "policies_of", "privileged_pods", "stamp_patch"]
+
+DEPLOYER = "deployer"
+APPROVER = "approver"
+POLICY_KINDS = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+STAMP = "lockstep.dev/last-report"
+#: The stamp the issue's attacker wrote: a boot far in the future, so every genuine report looked replayed.
+FORGED_STAMP = json.dumps({"bootId": "f" * 32, "bootTime": "2099-01-01T00:00:00+00:00", "sequence": 1})
+
+
+def policies_of(rendered: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The chart's ValidatingAdmissionPolicies and their bindings, policies first."""
+    return sorted((body for body in rendered if body["kind"] in POLICY_KINDS),
+                  key=lambda body: POLICY_KINDS.index(body["kind"]))
+
+
+def deployer_objects(namespace: str, name: str = DEPLOYER) -> list[dict[str, Any]]:
+    """The deploying team as it is usually set up: a ServiceAccount bound to ClusterRole edit."""
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": f"{name}-edit", "namespace": namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]},
+    ]
+
+
+def approver_objects(namespace: str, name: str = APPROVER) -> list[dict[str, Any]]:
+    """The approving team: write access to MCPServerInterface in the namespace, nothing on pods."""
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": name, "namespace": namespace}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": f"{name}-interfaces", "namespace": namespace},
+         "rules": [{"apiGroups": ["lockstep.dev"], "resources": ["mcpserverinterfaces"],
+                    "verbs": ["get", "list", "watch", "create", "update", "patch"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": f"{name}-interfaces", "namespace": namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{name}-interfaces"},
+         "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}]},
+    ]
+
+
+def stamp_patch(value: str | None = FORGED_STAMP) -> dict[str, Any]:
+    """A merge patch that sets (or, with None, removes) the replay-stamp annotation."""
+    return {"metadata": {"annotations": {STAMP: value}}}
+
+
+def privileged_pods(base: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``base`` (a pod) changed in each way that reaches the sidecar's token file from beside it."""
+    import copy
+
+    pods: dict[str, dict[str, Any]] = {}
+    pod = copy.deepcopy(base)
+    pod["spec"]["hostPID"] = True
+    pods["hostPID"] = pod
+    pod = copy.deepcopy(base)
+    pod["spec"]["volumes"] = [{"name": "kubelet", "hostPath": {"path": "/var/lib/kubelet/pods"}}]
+    pod["spec"]["containers"][0].setdefault("volumeMounts", []).append({"name": "kubelet", "mountPath": "/host"})
+    pods["hostPath"] = pod
+    pod = copy.deepcopy(base)
+    pod["spec"]["containers"][0]["securityContext"] = {"privileged": True}
+    pods["privileged"] = pod
+    return pods
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: Any
+
+    @property
+    def message(self) -> str:
+        return str(self.body.get("message", "")) if isinstance(self.body, dict) else str(self.body)
+
+
+def call_as(server: str, ca_file: str, token: str, method: str, path: str, body: Any = None, *,
+            content_type: str = "application/json") -> Answer:
+    """One request with a bearer token; the answer whatever its status (a refusal is an answer here)."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(server + path, data=data, method=method,
+                                     headers={"Content-Type": content_type, "Accept": "application/json",
+                                              "Authorization": f"Bearer {token}"})
+    context = ssl.create_default_context(cafile=ca_file)
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=30) as response:
+            status, text = response.status, response.read()
+    except urllib.error.HTTPError as error:
+        status, text = error.code, error.read()
+    try:
+        return Answer(status, json.loads(text) if text else None)
+    except ValueError:
+        return Answer(status, text.decode(errors="replace"))
