@@ -129,7 +129,7 @@ def _namespaced(obj: dict[str, Any]) -> bool:
     return obj["kind"] not in {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
                                "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
                                "PriorityClass", "StorageClass", "PersistentVolume", "IngressClass", "APIService",
-                               "ClusterKopfPeering"}
+                               "ClusterKopfPeering", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"}
 
 
 def main(argv: list[str] | None = None) -> int:

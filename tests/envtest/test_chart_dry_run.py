@@ -18,6 +18,9 @@ EXTRA_KINDS: dict[str, tuple[str, str, bool]] = {
     "PrometheusRule": ("/apis/monitoring.coreos.com/v1", "prometheusrules", True),
     "Certificate": ("/apis/cert-manager.io/v1", "certificates", True),
     "Issuer": ("/apis/cert-manager.io/v1", "issuers", True),
+    "ValidatingAdmissionPolicy": ("/apis/admissionregistration.k8s.io/v1", "validatingadmissionpolicies", False),
+    "ValidatingAdmissionPolicyBinding": ("/apis/admissionregistration.k8s.io/v1",
+                                         "validatingadmissionpolicybindings", False),
 }
 
 
@@ -57,7 +60,7 @@ def test_every_rendered_object_passes_a_server_side_dry_run(crds_installed: Cont
                 raise AssertionError(f"{body['kind']} {body['metadata']['name']}: {error}") from None
         checked.append(body["kind"])
     assert {"Deployment", "ClusterRole", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
-            "Service", "ServiceAccount"} <= set(checked)
+            "Service", "ServiceAccount", "ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"} <= set(checked)
     if values is ALL_ON:
         assert {"ServiceMonitor", "PrometheusRule", "Certificate"} & set(checked + skipped)
 
