@@ -23,6 +23,8 @@ class Reason(str, enum.Enum):
     REPORT_STALE = "ReportStale"
     SERVER_UNREACHABLE = "ServerUnreachable"
     CONFLICT = "Conflict"
+    #: Isolate and Quarantine: the MCP server answers on the pod's IP, past the in-line proxy.
+    SERVER_EXPOSED = "ServerExposed"
 
 
 #: Reasons of a pod held out because it serves an interface that is not approved.

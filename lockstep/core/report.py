@@ -9,6 +9,8 @@ Wire form (JSON)::
      "failure": null | {"reason": "ServerUnreachable" | "InterfaceInvalid", "message": "..."},
      "observedAt": "2026-11-22T02:00:00Z",
      "view": "default",
+     "serverExposed": false,                   # the server answers on the pod's IP (absent: not checked)
+     "exposedAt": "10.244.0.7:8080",           # where, when it does
      "bootId": "9f0c…",                        # freshness, stamped on every send (see Freshness)
      "bootTime": "2026-11-22T01:59:58Z",
      "sequence": 17,
@@ -34,7 +36,7 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lockstep.core.digest import ComponentDigest, InterfaceDigest, digest_interface, ensure_formula
@@ -79,6 +81,15 @@ class Observation:
     #: The validated Interface of ``definitions``, whose own digests are ``digest`` (set by from_dict and
     #: of_interface, so that the judge neither parses nor digests them again); None: not known to be.
     interface: Interface | None = field(default=None, compare=False, repr=False)
+    #: The sidecar found the MCP server accepting connections on the pod's own IP at the endpoint port,
+    #: past the in-line proxy (None: not checked, an older sidecar or no pod IP known).
+    server_exposed: bool | None = None
+    #: Where it answered (``ip:port``), when ``server_exposed``.
+    exposed_at: str = ""
+
+    def exposed(self, exposed: bool | None, address: str = "") -> Observation:
+        """This observation with the result of the exposure check."""
+        return replace(self, server_exposed=exposed, exposed_at=address if exposed else "")
 
     @classmethod
     def of_interface(cls, interface: Interface, observed_at: str, *, view: str = DEFAULT_VIEW,
@@ -100,7 +111,7 @@ class Observation:
         """This observation as seen again at ``observed_at`` in ``view`` (dataclasses.replace, without its
         cost per digest-only report): every other field is this one's."""
         return Observation(observed_at, self.digest, self.definitions, self.failure_reason, self.failure_message,
-                           view, self.interface)
+                           view, self.interface, self.server_exposed, self.exposed_at)
 
     def to_dict(self, *, with_definitions: bool = True) -> dict[str, Any]:
         """The wire form; ``with_definitions=False``: a digest-only report (no ``definitions`` key)."""
@@ -111,6 +122,10 @@ class Observation:
                 body["definitions"] = self.definitions
         if self.failure_reason is not None:
             body["failure"] = {"reason": self.failure_reason.value, "message": self.failure_message}
+        if self.server_exposed is not None:
+            body["serverExposed"] = self.server_exposed
+            if self.exposed_at:
+                body["exposedAt"] = self.exposed_at
         return body
 
     @classmethod
@@ -122,6 +137,7 @@ class Observation:
         view = body.get("view", DEFAULT_VIEW)
         if not isinstance(observed_at, str) or not isinstance(view, str):
             raise ReportError("a report needs observedAt and view strings")
+        exposed, address = _exposure(body)
         failure = body.get("failure")
         if failure is not None:
             try:
@@ -129,7 +145,7 @@ class Observation:
                 message = str(failure.get("message", ""))
             except (KeyError, ValueError, TypeError, AttributeError):
                 raise ReportError(f"unknown failure {failure!r}") from None
-            return cls.of_failure(reason, message, observed_at, view=view)
+            return cls.of_failure(reason, message, observed_at, view=view).exposed(exposed, address)
         entries = body.get("components") or []
         if not isinstance(entries, list):
             raise ReportError("components must be a list of {kind, name, digest}")
@@ -146,7 +162,21 @@ class Observation:
                 raise ReportError(f"definitions are not a valid interface: {error}") from None
             if recomputed != claimed:
                 raise ReportError("the definitions do not match the reported digests")
-        return cls(observed_at, claimed, definitions, view=view, interface=interface)
+        return cls(observed_at, claimed, definitions, view=view, interface=interface, server_exposed=exposed,
+                   exposed_at=address if exposed else "")
+
+
+def _exposure(body: Mapping[str, Any]) -> tuple[bool | None, str]:
+    """``serverExposed`` (a boolean, or absent) and ``exposedAt`` (an address, at most 64 characters)."""
+    exposed, address = body.get("serverExposed"), body.get("exposedAt", "")
+    if exposed is not None and not isinstance(exposed, bool):
+        raise ReportError("serverExposed must be true or false")
+    if not isinstance(address, str) or len(address) > 64 or not _ADDRESS.match(address):
+        raise ReportError("exposedAt must be an address and port")
+    return exposed, address
+
+
+_ADDRESS = re.compile(r"^(|[0-9a-fA-F.:\[\]]+:[0-9]{1,5})$")
 
 
 class _ClaimedDigests:

@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_STALE_AFTER",
     "DEFAULT_TIMEOUT",
     "DEFAULT_TRANSPORT",
+    "PROXIED_ENFORCEMENTS",
     "STALE_INTERVALS",
     "TRANSPORTS",
     "Binding",
@@ -44,8 +45,10 @@ DEFAULT_INTERVAL = 60.0
 DEFAULT_TIMEOUT = 10.0
 DEFAULT_STALE_AFTER = 180.0
 STALE_INTERVALS = 3
-#: ``spec.proxy.port``'s default (enforcement Quarantine).
+#: ``spec.proxy.port``'s default (enforcement Isolate and Quarantine).
 DEFAULT_PROXY_PORT = 8090
+#: The enforcements whose pods get the sidecar's in-line proxy on every agent-facing path (issue 28).
+PROXIED_ENFORCEMENTS = ("Isolate", "Quarantine")
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h)")
 _UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -70,8 +73,10 @@ class Binding:
     interval_seconds: float = DEFAULT_INTERVAL
     timeout_seconds: float = DEFAULT_TIMEOUT
     headers_secret: str | None = None
-    #: Enforcement Quarantine: the sidecar also runs the in-line proxy on this port (``lockstep-mcp``).
+    #: Enforcement Isolate and Quarantine: the sidecar also runs the in-line proxy on this port (``lockstep-mcp``).
     proxy_port: int | None = None
+    #: ``spec.enforcement`` (Isolate when absent, as the judge reads it).
+    enforcement: str = "Isolate"
     #: ``spec.probe.clientCapabilities``: what the probe announces (None: the sidecar's default).
     client_capabilities: tuple[str, ...] | None = None
 
@@ -93,7 +98,8 @@ class Binding:
             interval_seconds=probe_interval(probe),
             timeout_seconds=probe_timeout(probe),
             headers_secret=headers.get("secretName") if isinstance(headers, Mapping) else None,
-            proxy_port=proxy_port(spec) if spec.get("enforcement") == "Quarantine" else None,
+            proxy_port=proxy_port(spec) if spec.get("enforcement", "Isolate") in PROXIED_ENFORCEMENTS else None,
+            enforcement=str(spec.get("enforcement") or "Isolate"),
             client_capabilities=probe_client_capabilities(probe),
         )
 

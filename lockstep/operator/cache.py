@@ -35,6 +35,8 @@ class PodRecord:
     conditions: list[dict[str, Any]]
     resource_version: str = ""
     deleting: bool = False
+    #: Container ports by name (every container's): how a Service's named targetPort resolves in this pod.
+    ports: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> PodRecord:
@@ -49,6 +51,7 @@ class PodRecord:
             conditions=[dict(condition) for condition in status.get("conditions") or []],
             resource_version=str(metadata.get("resourceVersion") or ""),
             deleting=bool(metadata.get("deletionTimestamp")),
+            ports=_named_ports(body.get("spec") or {}),
         )
 
     @property
@@ -78,6 +81,15 @@ class PodRecord:
     @property
     def other_conditions(self) -> list[dict[str, Any]]:
         return [condition for condition in self.conditions if condition.get("type") != CONDITION_TYPE]
+
+
+def _named_ports(spec: Mapping[str, Any]) -> dict[str, int]:
+    ports: dict[str, int] = {}
+    for container in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        for port in container.get("ports") or []:
+            if port.get("name") and isinstance(port.get("containerPort"), int):
+                ports[str(port["name"])] = int(port["containerPort"])
+    return ports
 
 
 @dataclass

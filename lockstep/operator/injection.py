@@ -10,7 +10,11 @@ returns RFC 6902 JSON Patch operations that add, each only when it is missing:
   interface names one;
 * the native sidecar: an init container with ``restartPolicy: Always``, appended
   after the pod's own init containers, non-root, read-only root filesystem, no
-  capabilities, no privilege escalation, seccomp ``RuntimeDefault``.
+  capabilities, no privilege escalation, seccomp ``RuntimeDefault``. In
+  enforcement Isolate and Quarantine it also runs the in-line proxy: it declares
+  the container port ``lockstep-mcp`` and gets ``LOCKSTEP_PROXY_PORT`` and
+  ``LOCKSTEP_PROXY_MODE``; every sidecar gets the pod's IP (downward API) to check
+  that the MCP server cannot be reached past the proxy.
 
 Planning twice gives nothing the second time: every piece is found by its name
 (container, volume) or its condition type (gate) before it is added. The
@@ -227,6 +231,7 @@ def _sidecar_env(settings: InjectionSettings, binding: Binding, mcp_port: int,
         port=port,
         proxy_port=binding.proxy_port,
         client_capabilities=binding.client_capabilities,
+        proxy_mode="isolate" if binding.proxy_port is not None and binding.enforcement == "Isolate" else "quarantine",
     ).to_env()
 
 

@@ -19,7 +19,14 @@ from lockstep.core.diff import closest_with_findings
 from lockstep.core.digest import DIGEST_PREFIX
 from lockstep.core.report import Observation
 from lockstep.core.revision import Revision
-from lockstep.core.spec import DEFAULT_PROXY_PORT, DEFAULT_STALE_AFTER, BindingError, probe_stale_after, proxy_port
+from lockstep.core.spec import (
+    DEFAULT_PORT,
+    DEFAULT_PROXY_PORT,
+    DEFAULT_STALE_AFTER,
+    BindingError,
+    probe_stale_after,
+    proxy_port,
+)
 
 __all__ = [
     "CONDITION_TYPE",
@@ -62,6 +69,9 @@ _STATE_OF_REASON = {
     Reason.SERVER_UNREACHABLE: PodState.UNREACHABLE,
     Reason.REPORT_STALE: PodState.STALE,
     Reason.CONFLICT: PodState.CONFLICT,
+    Reason.AUDIT: PodState.AUDIT,
+    Reason.QUARANTINED: PodState.QUARANTINED,
+    Reason.SERVER_EXPOSED: PodState.INVALID,  # a deployment that lets agents past the proxy
 }
 
 
@@ -89,6 +99,8 @@ class Policy:
     problems: tuple[str, ...] = ()
     #: Enforcement Quarantine: the port of the in-line proxy (spec.proxy.port).
     proxy_port: int = DEFAULT_PROXY_PORT
+    #: spec.endpoint.port: where the MCP server listens (a number, or a container port's name).
+    endpoint_port: int | str = DEFAULT_PORT
 
     @property
     def strictness(self) -> tuple[int, int]:
@@ -127,6 +139,7 @@ class Policy:
             stale_after=stale_after,
             trusted=_trusted_from_status(body.get("status") or {}, ignore),
             proxy_port=proxy_port,
+            endpoint_port=(spec.get("endpoint") or {}).get("port", DEFAULT_PORT),
             problems=tuple(problems),
         )
 
@@ -181,8 +194,8 @@ def trusted_revision(entry: Mapping[str, Any], ignore: Iterable[str]) -> Revisio
 
 
 def state_of(reason: Reason) -> PodState:
-    """The pod state a verdict reason counts as in status (Audit and Quarantined: their own)."""
-    return _STATE_OF_REASON.get(reason, PodState.AUDIT)
+    """The pod state a verdict reason counts as in status (every reason has one)."""
+    return _STATE_OF_REASON[reason]
 
 
 @dataclass(frozen=True)
@@ -226,6 +239,17 @@ def judge(observation: Observation, policy: Policy, *, was_verified: bool = Fals
     mismatch now is a change of a running server (InterfaceChanged), not a new unapproved one.
     ``proxied``: the pod's sidecar runs the in-line proxy (its report says so); enforcement
     Quarantine relies on it, and without it isolates the pod as Isolate does."""
+    verdict = _judge(observation, policy, was_verified=was_verified, proxied=proxied)
+    if verdict.status == "True" and observation.server_exposed and policy.enforcement is not Enforcement.AUDIT:
+        where = observation.exposed_at or "the pod's IP"
+        return Verdict("False", Reason.SERVER_EXPOSED,
+                       f"the MCP server answers on {where}, past the in-line proxy: listen on 127.0.0.1 and point "
+                       f"Services at targetPort lockstep-mcp", PodState.INVALID, verdict.revision, verdict.closest,
+                       verdict.findings)
+    return verdict
+
+
+def _judge(observation: Observation, policy: Policy, *, was_verified: bool, proxied: bool) -> Verdict:
     if policy.enforcement is Enforcement.QUARANTINE and not proxied:
         policy = replace(policy, enforcement=Enforcement.ISOLATE)
     if observation.failure_reason is not None:

@@ -1,6 +1,6 @@
-"""Enforcement Quarantine, on the operator's side: what the pods' proxies withheld (status, Events,
-metrics), the approved components each proxy may let through (the answer to its reports), and the
-Services that send traffic past the proxy.
+"""The in-line proxy, on the operator's side (enforcement Isolate and Quarantine): what the pods' proxies
+withheld (status, Events, metrics), the approved components each proxy may let through (the answer to its
+reports), and the Services that send traffic past the proxy (they target the MCP server's own port).
 
 A mixin of :class:`lockstep.operator.reconciler.Reconciler`, whose ``__init__`` sets the state below.
 """
@@ -16,6 +16,7 @@ from lockstep.operator.judge import Enforcement, short_digest
 from lockstep.operator.status import ResourceMemory, now_iso
 
 from lockstep.core.report import ProxyReport
+from lockstep.core.spec import DEFAULT_PORT
 from lockstep.core.wire import ApprovedComponents
 
 if TYPE_CHECKING:
@@ -82,7 +83,8 @@ class Quarantine:
         return cached[1]
 
     async def on_service(self, event_type: str, body: Mapping[str, Any]) -> None:
-        """Keep the Services: in enforcement Quarantine, one that targets a port past the proxy is reported."""
+        """Keep the Services: in enforcement Isolate and Quarantine, one that targets the MCP server's own port
+        (past the proxy) is reported."""
         metadata = body.get("metadata") or {}
         key = (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
         if event_type == "DELETED":
@@ -92,12 +94,13 @@ class Quarantine:
             self.services[key] = (dict(spec.get("selector") or {}),
                                   tuple(str(port.get("targetPort", port.get("port"))) for port in spec.get("ports") or []))
         self._dirty.update(record.key for record in self.cache.resources()
-                           if record.key[0] == key[0] and record.policy.enforcement is Enforcement.QUARANTINE)
+                           if record.key[0] == key[0] and record.policy.enforcement in PROXIED)
 
     async def _check_bypassing(self, record: ResourceRecord, memory: ResourceMemory) -> None:
-        """In enforcement Quarantine: an Event for each Service that newly bypasses the proxy, and the metric."""
+        """In enforcement Isolate and Quarantine: an Event for each Service that newly bypasses the proxy, and
+        the metric."""
         policy = record.policy
-        if policy.enforcement is not Enforcement.QUARANTINE:
+        if policy.enforcement not in PROXIED:
             return
         bypassing = self._bypassing(record)
         for service in sorted(set(bypassing) - set(memory.bypassing)):
@@ -109,14 +112,35 @@ class Quarantine:
         self.metrics.proxy_bypassing.labels(policy.namespace, policy.name).set(len(bypassing))
 
     def _bypassing(self, record: ResourceRecord) -> list[str]:
-        """Services selecting the resource's pods with a target port other than the proxy's."""
+        """Services selecting the resource's pods with a target port that is the MCP server's own (spec.endpoint.port,
+        by number, or by the name of a container port that resolves to it in a selected pod): traffic that reaches
+        the server past the proxy. A Service on any other port (metrics, health) is not a bypass."""
         policy = record.policy
         pods = self.cache.selected_pods(*record.key)
-        through = {PROXY_PORT_NAME, str(policy.proxy_port)}
+        endpoint = str(policy.endpoint_port if policy.endpoint_port is not None else DEFAULT_PORT)
         found = []
         for (namespace, name), (selector, targets) in sorted(self.services.items()):
             if namespace != policy.namespace or not selector:
                 continue
-            if any(all(pod.labels.get(k) == v for k, v in selector.items()) for pod in pods):
-                found += [f"{name}:{target}" for target in targets if target not in through]
+            selected = [pod for pod in pods if all(pod.labels.get(k) == v for k, v in selector.items())]
+            if selected:
+                found += [f"{name}:{target}" for target in targets
+                          if target != PROXY_PORT_NAME and _reaches(target, endpoint, selected)]
         return found
+
+
+#: The enforcements whose pods run the in-line proxy on every agent-facing path.
+PROXIED = frozenset({Enforcement.ISOLATE, Enforcement.QUARANTINE})
+
+
+def _reaches(target: str, endpoint: str, pods: list[PodRecord]) -> bool:
+    """Whether a Service's ``target`` port is the MCP server's ``endpoint`` port in one of ``pods`` (both may be
+    a number or a container port's name)."""
+    if target == endpoint:
+        return True
+    for pod in pods:
+        resolved = int(target) if target.isdigit() else pod.ports.get(target)
+        wanted = int(endpoint) if endpoint.isdigit() else pod.ports.get(endpoint)
+        if resolved is not None and resolved == wanted:
+            return True
+    return False

@@ -113,6 +113,9 @@ class ProxyApp:
         self._client_labels: set[str] = set()
         self._session: aiohttp.ClientSession | None = None
         self._legacy: dict[EndpointKey, LegacyStream] = {}
+        #: Enforcement Isolate, once the pod's verdict is not True: why (every request is then refused with
+        #: HTTP 503 and a JSON-RPC error, on every session, open or new); None: requests pass.
+        self.isolated: str | None = None
 
     @property
     def policy(self) -> InterfacePolicy:
@@ -209,6 +212,8 @@ class ProxyApp:
                                        "method": request.method, "path": request.path}))
             return _jsonrpc_response(jsonrpc.error(None, HOST_REFUSED_CODE, f"lockstep proxy: {refusal}"), status=403)
         body = await request.read()
+        if self.isolated is not None:
+            return self._refuse_isolated(request, body)
         exchange, messages = self._exchange(request, body)
         legacy = self._legacy.get(exchange.legacy_endpoint) if exchange.legacy_endpoint else None
         if isinstance(messages, list):
@@ -409,6 +414,19 @@ class ProxyApp:
             await response.write(chunk)
         await response.write_eof()
         return response
+
+    def _refuse_isolated(self, request: web.Request, body: bytes) -> web.Response:
+        """Every request while the pod is isolated: HTTP 503 with a JSON-RPC error (the request's id when it has
+        one); nothing reaches the server."""
+        self.metrics.isolated.inc()
+        request_id = None
+        try:
+            message = json.loads(body) if body else None
+        except ValueError:
+            message = None
+        if isinstance(message, dict):
+            request_id = message.get("id")
+        return _jsonrpc_response(jsonrpc.isolated(request_id, self.isolated or ""), status=503)
 
     def _refuse_unjudged(self, exchange: Exchange, detail: str) -> web.Response:
         return _jsonrpc_response(self.answers.refusal(exchange, detail))

@@ -18,6 +18,7 @@ __all__ = [
     "error",
     "event_bytes",
     "id_key",
+    "isolated",
     "unique_keys",
     "unjudged",
 ]
@@ -44,6 +45,15 @@ def error(request_id: Any, code: int, message: str, data: Any = None) -> dict[st
 def unjudged(request_id: Any, detail: str) -> dict[str, Any]:
     """The error that answers what the proxy cannot check (fail closed)."""
     return error(request_id, REFUSED_CODE, f"lockstep: refused {detail}: it cannot be checked")
+
+
+#: The message of every refusal while the pod is isolated (enforcement Isolate, a verdict that is not True).
+ISOLATED_MESSAGE = "isolated by Lockstep: the interface is not approved"
+
+
+def isolated(request_id: Any, detail: str = "") -> dict[str, Any]:
+    """The error that answers every request while the pod is isolated."""
+    return error(request_id, REFUSED_CODE, ISOLATED_MESSAGE + (f" ({detail})" if detail else ""))
 
 
 BATCH_REFUSAL = error(None, INVALID_REQUEST_CODE, "lockstep proxy: JSON-RPC batches are refused (MCP removed them "

@@ -25,6 +25,8 @@ class ProxyMetrics:
                                 "be checked (over the size limit, not JSON).", registry=self.registry)
         self.refused_hosts = Counter("lockstep_proxy_refused_hosts", "Requests refused by their Host or Origin "
                                      "header (DNS-rebinding protection).", registry=self.registry)
+        self.isolated = Counter("lockstep_proxy_isolated", "Requests refused because the pod is isolated "
+                                "(enforcement Isolate, its verdict not True).", registry=self.registry)
         self.upstream_seconds = Histogram("lockstep_proxy_upstream_seconds", "Time until the upstream server's "
                                           "response headers arrived.", registry=self.registry,
                                           buckets=(.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 10))

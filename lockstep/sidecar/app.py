@@ -41,7 +41,7 @@ class RunningSidecar:
     health: HealthServer
     metrics: SidecarMetrics
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    #: Enforcement Quarantine: the in-line proxy in front of the MCP server.
+    #: Enforcement Isolate and Quarantine: the in-line proxy in front of the MCP server.
     proxy: ProxyApp | None = None
 
     def healthy(self) -> bool:
@@ -62,10 +62,19 @@ async def running_sidecar(settings: SidecarSettings, *, host: str = "0.0.0.0",
     timeout = httpx2.Timeout(REPORT_TIMEOUT)
     withheld = WithheldLog() if settings.proxy_port is not None else None
     proxy: ProxyApp | None = None
+    isolating = settings.proxy_mode == "isolate"
 
     def delivered(delivery: Delivery) -> None:
         if proxy is not None and delivery.approved is not None:
             proxy.policy.gate = delivery.approved.gate()  # a malformed answer was refused whole: no approved
+        if proxy is not None and isolating and delivery.verdict is not None:
+            # Enforcement Isolate: the operator's verdict on this pod's last report decides, for every session.
+            verdict = delivery.verdict
+            was, proxy.isolated = proxy.isolated, (None if verdict.status == "True"
+                                                   else f"{verdict.reason}: {verdict.message}"[:300])
+            if (was is None) != (proxy.isolated is None):
+                logger.warning("In-line proxy: %s", "every request refused, the pod is isolated (" + verdict.reason
+                               + ")" if proxy.isolated else "requests pass again, the pod is verified")
         if on_delivered is not None:
             on_delivered(delivery)
 
@@ -80,8 +89,10 @@ async def running_sidecar(settings: SidecarSettings, *, host: str = "0.0.0.0",
                             max_backoff=max_report_backoff, on_delivered=delivered, withheld=withheld)
         prober = Prober(settings, reporter.submit, metrics, connect=connect)
         if settings.proxy_port is not None:
-            # Empty until the operator answers the first report: everything is withheld (fail closed).
-            proxy = ProxyApp(settings.mcp_url, ComponentGate({}, IgnoreRules()), Mode.QUARANTINE, on_finding=found,
+            # Empty until the operator answers the first report: everything is withheld (fail closed). In
+            # enforcement Isolate an answer carrying a component not approved is refused whole (block).
+            proxy = ProxyApp(settings.mcp_url, ComponentGate({}, IgnoreRules()),
+                             Mode.BLOCK if isolating else Mode.QUARANTINE, on_finding=found,
                              metrics=ProxyMetrics(metrics.registry))
         tasks: list[asyncio.Task[None]] = []
         health = HealthServer(metrics.registry, lambda: _alive(tasks), host=host, port=settings.port)
@@ -106,7 +117,7 @@ async def run_sidecar(settings: SidecarSettings, stop: asyncio.Event) -> None:
     """Run until ``stop`` is set (SIGTERM)."""
     logger.info("Lockstep sidecar: probing %s (%s) every %gs, reporting to %s%s",
                 settings.mcp_url, settings.transport, settings.interval, settings.report_url,
-                f"; in-line proxy on port {settings.proxy_port}" if settings.proxy_port else "")
+                f"; in-line proxy ({settings.proxy_mode}) on port {settings.proxy_port}" if settings.proxy_port else "")
     async with running_sidecar(settings):
         await stop.wait()
 

@@ -15,6 +15,7 @@ grace period (one probe interval) while the application starts.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
@@ -43,6 +44,8 @@ MIN_PROBE_GAP = 0.1  # seconds between the starts of two probes woken by list_ch
 #: the probe interval or FLOOD_BACKOFF_MAX), which bounds its CPU whatever the server sends.
 FLOOD_LIMIT = 100
 FLOOD_BACKOFF_MAX = 60.0
+#: Seconds the exposure check waits for the MCP server on the pod's IP (a refusal is at once).
+EXPOSURE_TIMEOUT = 0.5
 
 
 class Prober:
@@ -129,11 +132,25 @@ class Prober:
         self._metrics.probes.labels("ok").inc()
         self._metrics.last_success.set(time.time())
         observation = Observation.of_interface(result.interface, _now())
+        if self._settings.pod_ip:
+            observation = observation.exposed(*await self.exposure())
         if observation.digest is not None:
             self._metrics.observe_interface(observation.digest)
         self._last_failure = None
         self._report(observation)
         logger.info("Probe (%s): %s", trigger, observation.digest.digest if observation.digest else "?")
+
+    async def exposure(self) -> tuple[bool, str]:
+        """Whether the MCP server accepts a TCP connection on the pod's own IP at its port (past the in-line
+        proxy, which listens on its own port), and that address. Refused, unreachable or too slow: not exposed."""
+        port = loopback_port(self._settings.mcp_url) or 0
+        address = (f"[{self._settings.pod_ip}]:{port}" if ":" in self._settings.pod_ip
+                   else f"{self._settings.pod_ip}:{port}")
+        exposed = await server_answers(self._settings.pod_ip, port)
+        if exposed:
+            logger.warning("The MCP server answers on %s, past the in-line proxy: it must listen on 127.0.0.1 "
+                           "only (Services target the port lockstep-mcp)", address)
+        return exposed, address
 
     async def _wait(self, live: Any) -> str:
         """Wait for the next probe; returns what woke us: ``timer``, ``list_changed``, ``dropped``,
@@ -190,6 +207,20 @@ class Prober:
     def _report(self, observation: Observation) -> None:
         self.last_observation = observation
         self._submit(observation)
+
+
+async def server_answers(host: str, port: int, timeout: float = EXPOSURE_TIMEOUT) -> bool:
+    """True when ``host:port`` accepts a TCP connection within ``timeout`` (then closed at once)."""
+    if not host or not port:
+        return False
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
 
 
 def _failure_reason(error: reader.ReaderError) -> FailureReason:

@@ -34,10 +34,15 @@ class SidecarSettings:
     operator_ca: str
     headers_dir: Path | None
     port: int
-    #: Enforcement Quarantine: the in-line proxy's port (``lockstep-mcp``); None runs the probe only.
+    #: Enforcement Isolate and Quarantine: the in-line proxy's port (``lockstep-mcp``); None runs the probe only.
     proxy_port: int | None = None
     #: What the probe announces at initialize (``spec.probe.clientCapabilities``; see docs/reader.md).
     client_capabilities: tuple[str, ...] = DEFAULT_CLIENT_CAPABILITIES
+    #: The proxy's mode: ``quarantine`` (withhold what is not approved) or ``isolate`` (refuse the answer,
+    #: and every request while the operator's last verdict for this pod is not True).
+    proxy_mode: str = "quarantine"
+    #: The pod's own IP ("" : not known): each probe checks that the MCP server does not answer on it.
+    pod_ip: str = ""
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> SidecarSettings:
@@ -60,6 +65,8 @@ class SidecarSettings:
             proxy_port=env.proxy_port,
             client_capabilities=(env.client_capabilities if env.client_capabilities is not None
                                  else DEFAULT_CLIENT_CAPABILITIES),
+            proxy_mode=env.proxy_mode,
+            pod_ip=env.pod_ip,
         )
 
     @property

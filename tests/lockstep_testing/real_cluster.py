@@ -70,10 +70,14 @@ def eventually(check: Callable[[], T | None], what: str, timeout: float = TIMEOU
         time.sleep(interval)
 
 
-def app_objects(name: str, namespace: str, *, replicas: int = 2, host: str = "0.0.0.0",
-                pod_security: dict[str, Any] | None = None, service_port: str = "mcp") -> list[dict[str, Any]]:
+def app_objects(name: str, namespace: str, *, replicas: int = 2, host: str = "127.0.0.1",
+                pod_security: dict[str, Any] | None = None,
+                service_port: str = "lockstep-mcp") -> list[dict[str, Any]]:
     """The ConfigMap, Deployment and Service of one MCP application. The pod spec is plain unless
-    ``pod_security`` is given: no fsGroup, no runAsUser (the common case)."""
+    ``pod_security`` is given: no fsGroup, no runAsUser (the common case). By default as every
+    deployment in enforcement Isolate or Quarantine must be (issue 28): the server listens on 127.0.0.1
+    and the Service targets the sidecar's in-line proxy (``lockstep-mcp``); for Audit pass
+    ``host="0.0.0.0", service_port="mcp"``."""
     labels = {"app": name}
     container: dict[str, Any] = {
         "name": "mcp", "image": IMAGE, "imagePullPolicy": "IfNotPresent", "command": ["python", "/app/server.py"],

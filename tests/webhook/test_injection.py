@@ -43,7 +43,10 @@ def test_selectors(selector: Any, labels: dict[str, str], selected: bool) -> Non
 
 
 def test_binding_defaults_and_unknown_transport() -> None:
-    assert Binding.from_interface({"metadata": {"name": "w"}, "spec": {}}) == Binding(interface="w")
+    # no enforcement is Isolate, which runs the in-line proxy on its default port (issue 28)
+    assert Binding.from_interface({"metadata": {"name": "w"}, "spec": {}}) == Binding(interface="w", proxy_port=8090)
+    assert Binding.from_interface({"metadata": {"name": "w"}, "spec": {"enforcement": "Audit"}}) == Binding(
+        interface="w", enforcement="Audit")
     with pytest.raises(BindingError, match="websocket"):
         Binding.from_interface({"metadata": {"name": "w"}, "spec": {"endpoint": {"transport": "websocket"}}})
 

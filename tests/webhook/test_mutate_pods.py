@@ -17,7 +17,10 @@ def operator_ca() -> str:
 
 
 def expected_sidecar(interface: str = "weather", port: int = 8000, interval: str = "30",
-                     timeout: str = "5", sidecar_port: int = 9090) -> dict[str, Any]:
+                     timeout: str = "5", sidecar_port: int = 9090, proxy_port: int | None = 8090) -> dict[str, Any]:
+    """The sidecar injected for an Isolate resource (the default): it runs the in-line proxy (issue 28)."""
+    if not interface:
+        proxy_port = None
     # Every variable, empty ones too: only what the container sets beats the kubelet's Service links.
     env = {"LOCKSTEP_MCP_URL": "", "LOCKSTEP_MCP_PORT": str(port), "LOCKSTEP_MCP_PATH": "/mcp",
            "LOCKSTEP_MCP_TRANSPORT": "streamable-http", "LOCKSTEP_INTERFACE": interface,
@@ -25,15 +28,21 @@ def expected_sidecar(interface: str = "weather", port: int = 8000, interval: str
            "LOCKSTEP_OPERATOR_URL": "https://lockstep.lockstep-system.svc:8443",
            "LOCKSTEP_TOKEN_PATH": "/var/run/secrets/lockstep.dev/token",
            "LOCKSTEP_OPERATOR_CA": CA_PEM, "LOCKSTEP_HEADERS_DIR": "", "LOCKSTEP_SIDECAR_PORT": str(sidecar_port),
-           "LOCKSTEP_PROXY_PORT": "", "LOCKSTEP_PROBE_CLIENT_CAPABILITIES": ""}
+           "LOCKSTEP_PROXY_PORT": str(proxy_port or ""), "LOCKSTEP_PROBE_CLIENT_CAPABILITIES": "",
+           "LOCKSTEP_PROXY_MODE": "isolate" if proxy_port else ""}
+    pod_ip = {"name": "LOCKSTEP_POD_IP", "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}}
+    ports = [{"name": "lockstep-http", "containerPort": sidecar_port, "protocol": "TCP"}]
+    if proxy_port:
+        ports.append({"name": "lockstep-mcp", "containerPort": proxy_port, "protocol": "TCP"})
     return {
         "name": "lockstep-sidecar",
         "image": "ghcr.io/lockstep-dev/lockstep:0.1.0",
         "imagePullPolicy": "IfNotPresent",
         "args": ["sidecar"],
         "restartPolicy": "Always",
-        "env": [{"name": name, "value": value} if value else {"name": name} for name, value in env.items()],
-        "ports": [{"name": "lockstep-http", "containerPort": sidecar_port, "protocol": "TCP"}],
+        "env": [*({"name": name, "value": value} if value else {"name": name} for name, value in env.items()),
+                pod_ip],
+        "ports": ports,
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": sidecar_port},
                           "periodSeconds": 20, "timeoutSeconds": 3, "failureThreshold": 3},
         "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "runAsGroup": 65532,

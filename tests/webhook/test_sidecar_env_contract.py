@@ -47,7 +47,9 @@ CASES = {
         InjectionSettings(image="i", report_url="https://op", port=9100),
         Binding(interface="weather", port="mcp", path="sse", transport="sse", interval_seconds=2.5,
                 timeout_seconds=0.25, headers_secret="weather-headers", proxy_port=8090,
-                client_capabilities=("sampling", "roots"))),
+                client_capabilities=("sampling", "roots"), enforcement="Quarantine")),
+    "isolate: the proxy refuses": (
+        pod(), OPERATOR, Binding(interface="weather", proxy_port=8090, enforcement="Isolate")),
     "no capabilities, sidecar port taken": (
         pod({"containerPort": 9090}), OPERATOR, Binding(interface="w", port=8000, client_capabilities=())),
 }
@@ -68,8 +70,12 @@ def test_what_the_webhook_writes_is_what_the_sidecar_reads(case: str) -> None:
         transport=binding.transport, interface=binding.interface, interval=binding.interval_seconds,
         timeout=binding.timeout_seconds, token_path=TOKEN_PATH, operator_ca=settings.operator_ca,
         headers_dir=HEADERS_DIR if binding.headers_secret else None, port=sidecar_port,
-        proxy_port=binding.proxy_port, client_capabilities=binding.client_capabilities)
+        proxy_port=binding.proxy_port, client_capabilities=binding.client_capabilities,
+        proxy_mode="isolate" if binding.proxy_port and binding.enforcement == "Isolate" else "quarantine")
     assert record.to_env() == sidecar["env"]
+    # the pod's IP comes from the downward API: the kubelet fills it in
+    assert sidecar["env"][-1] == {"name": "LOCKSTEP_POD_IP",
+                                  "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}}
 
     read = SidecarSettings.from_env(env)  # what the sidecar process makes of it
     assert read == SidecarSettings(
@@ -86,6 +92,7 @@ def test_what_the_webhook_writes_is_what_the_sidecar_reads(case: str) -> None:
         proxy_port=binding.proxy_port,
         client_capabilities=(binding.client_capabilities if binding.client_capabilities is not None
                              else DEFAULT_CLIENT_CAPABILITIES),
+        proxy_mode="isolate" if binding.proxy_port and binding.enforcement == "Isolate" else "quarantine",
     )
     assert read.report_url == f"{settings.report_url}/v1/reports"
 
@@ -96,7 +103,8 @@ def test_every_field_of_the_record_is_a_variable_the_webhook_sets() -> None:
     assert len(fields) == len(SIDECAR_ENV)
     changed = SidecarEnv("https://a", mcp_port=1, mcp_path="/p", mcp_url="http://x", transport="sse",
                          interface="i", interval=1.5, timeout=2.5, token_path="/t", operator_ca="ca",
-                         headers_dir="/h", port=2, proxy_port=3, client_capabilities=("roots",))
+                         headers_dir="/h", port=2, proxy_port=3, client_capabilities=("roots",),
+                         proxy_mode="isolate", pod_ip="10.0.0.7")
     default = SidecarEnv("https://b")
     assert all(getattr(changed, name) != getattr(default, name) for name in fields)
     written = {entry["name"]: entry.get("value", "") for entry in changed.to_env()}
