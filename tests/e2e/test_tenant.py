@@ -159,6 +159,15 @@ def test_a_namespace_editor_cannot_get_an_unapproved_interface_ready(cluster: Cl
     deployer.refused("create", "--dry-run=server", "-f", "-", stdin=json.dumps(counterfeit),
                      because="is reserved for the sidecar Lockstep injects")
 
+    # e) A Service that publishes NotReady addresses: it would route agents to a drifted, NotReady pod.
+    around = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "around", "namespace": cluster.namespace},
+              "spec": {"selector": {"app": "weather"}, "ports": [{"port": 8080}], "publishNotReadyAddresses": True}}
+    deployer.refused("create", "--dry-run=server", "-f", "-", stdin=json.dumps(around),
+                     because="spec.publishNotReadyAddresses")
+    # Hand-written Endpoints or EndpointSlices to the pod's IP: `edit` may not write them (RBAC).
+    for resource in ("endpoints", "endpointslices.discovery.k8s.io"):
+        assert deployer("auth", "can-i", "create", resource).stdout.strip() == "no"
+
     # After all that the pod is as it was: verified by its own sidecar's reports.
     assert cluster.verdicts("weather")[name] == ("True", "Verified")
 

@@ -221,6 +221,16 @@ async def test_pods_that_reach_the_sidecars_files_are_refused_and_the_approver_s
     plain = deployer("POST", api_path("Pod", namespace) + "?dryRun=All", weather_pod(namespace, "plain"))
     assert plain.status == 201, plain
 
+    # Traffic around the gate: a Service that publishes NotReady addresses would keep routing agents to a
+    # drifted (NotReady) pod. Refused in an opted-in namespace; an ordinary Service is not.
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "weather", "namespace": namespace},
+               "spec": {"selector": {"app": "weather"}, "ports": [{"port": 8080}],
+                        "publishNotReadyAddresses": True}}
+    around = deployer("POST", api_path("Service", namespace) + "?dryRun=All", service)
+    assert around.status == 403 and "spec.publishNotReadyAddresses" in around.message, around
+    service["spec"]["publishNotReadyAddresses"] = False
+    assert deployer("POST", api_path("Service", namespace) + "?dryRun=All", service).status == 201
+
     # Separation of duties: the deployer cannot change the approval, the approver can.
     path = api_path("MCPServerInterface", namespace, "weather")
     change = {"spec": {"probe": {"interval": "30s"}}}
