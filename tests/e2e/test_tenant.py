@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 from lockstep_testing.real_cluster import IMAGE, Cluster, app_objects, eventually
-from lockstep_testing.tenant import APPROVER, DEPLOYER, FORGED_STAMP, STAMP, approver_objects, deployer_objects, \
-    privileged_pods
+from lockstep_testing.tenant import APPROVER, DEPLOYER, FORGED_STAMP, STAMP, approver_objects, \
+    container_environment, deployer_objects, privileged_pods
 
 TOKEN = "/var/run/secrets/lockstep.dev/token"
 EXEC_REFUSAL = "nobody may exec into, attach to or copy from the container lockstep-sidecar"
@@ -95,6 +95,9 @@ def test_a_namespace_editor_cannot_get_an_unapproved_interface_ready(cluster: Cl
     name, uid = pod.metadata.name, pod.metadata.uid
     stored = cluster.core.read_namespaced_pod(name, cluster.namespace)
     assert STAMP in (stored.metadata.annotations or {}), "the operator's stamp write did not land"
+
+    # The node's own administrator is inside the boundary: containerd still shows the sidecar's spec.
+    assert container_environment(stored, "lockstep-sidecar").get("LOCKSTEP_TOKEN_PATH") == TOKEN
 
     # Route 1: read the sidecar's token.
     deployer.refused("exec", name, "-c", "lockstep-sidecar", "--", "cat", TOKEN, because=EXEC_REFUSAL)

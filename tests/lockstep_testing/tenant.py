@@ -7,14 +7,17 @@ ValidatingAdmissionPolicies, and requests sent as one of them. No pytest import.
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import ssl
+import subprocess
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["APPROVER", "DEPLOYER", "FORGED_STAMP", "POLICY_KINDS", "STAMP", "Answer", "approver_objects", "call_as", "deployer_objects",
-           "policies_of", "privileged_pods", "stamp_patch"]
+__all__ = ["APPROVER", "DEPLOYER", "FORGED_STAMP", "POLICY_KINDS", "STAMP", "Answer", "approver_objects", "call_as",
+           "container_environment", "deployer_objects", "policies_of", "privileged_pods", "stamp_patch"]
 
 DEPLOYER = "deployer"
 APPROVER = "approver"
@@ -106,3 +109,25 @@ def call_as(server: str, ca_file: str, token: str, method: str, path: str, body:
         return Answer(status, json.loads(text) if text else None)
     except ValueError:
         return Answer(status, text.decode(errors="replace"))
+
+
+#: The real node's containerd (../shared/realnode/README.md); LOCKSTEP_E2E_CONTAINERD moves it.
+CONTAINERD = os.environ.get("LOCKSTEP_E2E_CONTAINERD", "/run/realnode/containerd/containerd.sock")
+
+
+def container_environment(pod: Any, container: str) -> dict[str, str]:
+    """The environment the kubelet gave ``container`` of ``pod`` (a kubernetes client V1Pod), read from
+    the node's containerd (the OCI spec's process.env), not through the API server: nobody execs into
+    the sidecar (the chart's policy refuses it), but the node's own administrator is inside the trust
+    boundary. Raises RuntimeError where this machine is not the node."""
+    statuses = list(pod.status.init_container_statuses or []) + list(pod.status.container_statuses or [])
+    ids = [status.container_id for status in statuses if status.name == container and status.container_id]
+    if not ids or not ids[0].startswith("containerd://"):
+        raise RuntimeError(f"no containerd container {container!r} in pod {pod.metadata.name}")
+    if shutil.which("ctr") is None or not os.path.exists(CONTAINERD):
+        raise RuntimeError(f"no ctr or no containerd socket at {CONTAINERD}: not on the real node")
+    info = subprocess.run(["ctr", "--address", CONTAINERD, "-n", "k8s.io", "containers", "info",
+                           ids[0].removeprefix("containerd://")], capture_output=True, text=True, check=True,
+                          timeout=30)
+    pairs = (entry.split("=", 1) for entry in json.loads(info.stdout)["Spec"]["process"]["env"])
+    return {pair[0]: pair[1] if len(pair) > 1 else "" for pair in pairs}
