@@ -107,6 +107,18 @@ def _wait_enforced(deployer: Tenant, namespace: str) -> Answer:
         time.sleep(0.3)
 
 
+def _until_refused(send: Any, timeout: float = 30.0) -> Answer:
+    """``send()`` again until it is refused: each policy takes effect once the API server's policy
+    informer has it, independently of the others. Only for requests without a side effect when allowed
+    (a dry run, an exec with no kubelet behind it, a token)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        answer: Answer = send()
+        if answer.status == 403 or time.monotonic() > deadline:
+            return answer
+        time.sleep(0.3)
+
+
 def _exec_path(namespace: str, pod: str, container: str, kind: str = "exec") -> str:
     query = [("container", container), ("stdout", "true")]
     if kind == "exec":
@@ -156,6 +168,7 @@ async def test_a_namespace_editor_can_neither_mint_nor_read_the_sidecars_token(
 
     # Route 1: exec and attach into the sidecar are refused by admission, before the API server looks for
     # a kubelet (this control plane has none: any other container gets a different error).
+    _until_refused(lambda: deployer("POST", _exec_path(namespace, "weather-0", "lockstep-sidecar")))
     for kind in ("exec", "attach"):
         for method in ("POST", "GET"):
             answer = deployer(method, _exec_path(namespace, "weather-0", "lockstep-sidecar", kind))
@@ -174,6 +187,7 @@ async def test_the_replay_stamp_is_the_operators_alone(
     pod_path = api_path("Pod", namespace, "weather-0")
 
     # Route 4: the deployer's annotation that froze the pod Ready.
+    _until_refused(lambda: deployer("PATCH", pod_path + "?dryRun=All", stamp_patch(), content_type=MERGE))
     forged = deployer("PATCH", pod_path, stamp_patch(), content_type=MERGE)
     assert forged.status == 403 and STAMP_REFUSAL in forged.message, forged
     # Through pods/status, where the operator writes it: RBAC already refuses the deployer (edit has no
@@ -226,7 +240,7 @@ async def test_pods_that_reach_the_sidecars_files_are_refused_and_the_approver_s
     service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "weather", "namespace": namespace},
                "spec": {"selector": {"app": "weather"}, "ports": [{"port": 8080}],
                         "publishNotReadyAddresses": True}}
-    around = deployer("POST", api_path("Service", namespace) + "?dryRun=All", service)
+    around = _until_refused(lambda: deployer("POST", api_path("Service", namespace) + "?dryRun=All", service))
     assert around.status == 403 and "spec.publishNotReadyAddresses" in around.message, around
     service["spec"]["publishNotReadyAddresses"] = False
     assert deployer("POST", api_path("Service", namespace) + "?dryRun=All", service).status == 201
