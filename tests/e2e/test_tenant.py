@@ -170,6 +170,10 @@ def test_a_namespace_editor_cannot_get_an_unapproved_interface_ready(cluster: Cl
     # Hand-written Endpoints or EndpointSlices to the pod's IP: `edit` may not write them (RBAC).
     for resource in ("endpoints", "endpointslices.discovery.k8s.io"):
         assert deployer("auth", "can-i", "create", resource).stdout.strip() == "no"
+    # The platform's other parts (RBAC): `edit` writes no pod status (conditions, the stamp) and adds no
+    # ephemeral containers; the tests above would not catch a cluster that grants more.
+    for subresource in ("status", "ephemeralcontainers"):
+        assert deployer("auth", "can-i", "patch", "pods", f"--subresource={subresource}").stdout.strip() == "no"
 
     # After all that the pod is as it was: verified by its own sidecar's reports.
     assert cluster.verdicts("weather")[name] == ("True", "Verified")
