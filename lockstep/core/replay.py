@@ -65,6 +65,11 @@ class ReportStamp:
                    "a replayed report"
         return None
 
+    def plausible(self, now: datetime.datetime, skew: float) -> bool:
+        """Whether Lockstep can have accepted this stamp by ``now``: a process that started more than
+        ``skew`` seconds in the future never sent a report (the operator refuses such reports)."""
+        return (self.boot_time - now).total_seconds() <= skew
+
     def to_annotation(self) -> str:
         return json.dumps({"bootId": self.boot_id, "bootTime": self.boot_time.isoformat(),
                            "sequence": self.sequence}, separators=(",", ":"))
@@ -94,5 +99,5 @@ def recorded_stamp(annotations: Mapping[str, str]) -> ReportStamp | None:
         return None
     try:
         return ReportStamp.from_annotation(text)
-    except StampError:
+    except (StampError, ValueError, OverflowError, RecursionError):
         return None

@@ -46,6 +46,8 @@ from lockstep.core.names import (
     ENV_PROBE_CLIENT_CAPABILITIES,
     ENV_PROBE_INTERVAL,
     ENV_PROBE_TIMEOUT,
+    ENV_POD_IP,
+    ENV_PROXY_MODE,
     ENV_PROXY_PORT,
     ENV_SIDECAR_PORT,
     ENV_TOKEN_PATH,
@@ -63,6 +65,7 @@ from lockstep.core.spec import (
 
 __all__ = [
     "DEFAULT_SIDECAR_PORT",
+    "AddressError",
     "AnswerError",
     "AnswerVerdict",
     "ApprovedComponents",
@@ -70,6 +73,9 @@ __all__ = [
     "SettingsError",
     "SidecarEnv",
     "WireError",
+    "endpoint_of",
+    "replica_endpoint",
+    "replica_host",
 ]
 
 #: The sidecar's own port (/healthz, /metrics) unless the operator is configured otherwise.
@@ -127,6 +133,12 @@ class SidecarEnv:
     proxy_port: int | None = None
     #: LOCKSTEP_PROBE_CLIENT_CAPABILITIES: what the probe announces (None: the sidecar's default).
     client_capabilities: tuple[str, ...] | None = None
+    #: LOCKSTEP_PROXY_MODE: what the in-line proxy does with what is not approved: ``quarantine`` (withhold
+    #: it) or ``isolate`` (refuse the answer, and every request while the pod's verdict is not True).
+    proxy_mode: str = "quarantine"
+    #: LOCKSTEP_POD_IP: the pod's own IP (the downward API's ``status.podIP``; "" when not known): the
+    #: sidecar checks that the MCP server cannot be reached on it, past the proxy.
+    pod_ip: str = ""
 
     @property
     def endpoint(self) -> str:
@@ -156,8 +168,13 @@ class SidecarEnv:
             ENV_PROXY_PORT: str(self.proxy_port) if self.proxy_port is not None else "",
             ENV_PROBE_CLIENT_CAPABILITIES: (format_client_capabilities(self.client_capabilities)
                                             if self.client_capabilities is not None else ""),
+            ENV_PROXY_MODE: self.proxy_mode if self.proxy_port is not None else "",
+            ENV_POD_IP: self.pod_ip,
         }
-        return [{"name": name, "value": value} if value else {"name": name} for name, value in values.items()]
+        env = [{"name": name, "value": value} if value else {"name": name} for name, value in values.items()]
+        if not self.pod_ip:  # the kubelet fills it in: the webhook cannot know the pod's IP
+            env[-1] = {"name": ENV_POD_IP, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}}}
+        return env
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> SidecarEnv:
@@ -185,6 +202,8 @@ class SidecarEnv:
             port=_port(env, ENV_SIDECAR_PORT, DEFAULT_SIDECAR_PORT, lowest=0),  # 0: any free port (tests)
             proxy_port=_port(env, ENV_PROXY_PORT, None),
             client_capabilities=_client_capabilities(env),
+            proxy_mode=_proxy_mode(env),
+            pod_ip=_pod_ip(env),
         )
 
 
@@ -221,6 +240,26 @@ def _port(env: Mapping[str, str], name: str, default: int | None, *, lowest: int
     if value != int(value) or not lowest <= value < 65536:
         raise SettingsError(f"{name} must be a port number, not {env[name]!r}")
     return int(value)
+
+
+PROXY_MODES = ("quarantine", "isolate")
+
+
+def _proxy_mode(env: Mapping[str, str]) -> str:
+    mode = env.get(ENV_PROXY_MODE) or "quarantine"
+    if mode not in PROXY_MODES:
+        raise SettingsError(f"{ENV_PROXY_MODE} must be one of {', '.join(PROXY_MODES)}, not {mode!r}")
+    return mode
+
+
+def _pod_ip(env: Mapping[str, str]) -> str:
+    raw = env.get(ENV_POD_IP, "").strip()
+    if not raw:
+        return ""
+    try:
+        return str(ipaddress.ip_address(raw))
+    except ValueError:
+        raise SettingsError(f"{ENV_POD_IP} must be an IP address, not {raw!r:.80}") from None
 
 
 def _client_capabilities(env: Mapping[str, str]) -> tuple[str, ...] | None:
@@ -354,14 +393,50 @@ def _report_to(value: Any) -> str | None:
     """An IP address and port, as a replica publishes its own (a name would send reports through DNS)."""
     if value is None:
         return None
-    if isinstance(value, str) and len(value) <= 64:
-        host, _, port = value.rpartition(":")
-        host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-        try:
-            ipaddress.ip_address(host)
-        except ValueError:
-            pass
-        else:
-            if port.isascii() and port.isdigit() and 0 < int(port) < 65536 and (":" in host) == value.startswith("["):
-                return value
-    raise AnswerError(f"reportTo must be an IP address and port, not {value!r:.80}")
+    try:
+        return replica_endpoint(value)
+    except AddressError as error:
+        raise AnswerError(f"reportTo: {error}") from None
+
+
+class AddressError(ValueError):
+    """A replica address that is not a unicast pod address (and port)."""
+
+
+def replica_host(value: Any) -> str:
+    """A replica's own address, as ``--advertise-address`` gives it: an IP literal of a unicast pod
+    address. Never a name (DNS would decide where reports go), loopback (the pod's own, where a
+    container of the sidecar's pod could listen), unspecified, link-local, multicast, broadcast,
+    reserved, IPv4-mapped or with a zone."""
+    if not isinstance(value, str) or not value or len(value) > 45 or "%" in value:
+        raise AddressError(f"must be an IP address, not {value!r:.80}")
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        raise AddressError(f"must be an IP address, not {value!r:.80}") from None
+    mapped = isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None
+    if (address.is_loopback or address.is_unspecified or address.is_link_local or address.is_multicast
+            or address.is_reserved or mapped or address == ipaddress.IPv4Address("255.255.255.255")):
+        raise AddressError(f"{value} is not a unicast pod address")
+    return str(address)
+
+
+def replica_endpoint(value: Any) -> str:
+    """``ip:port`` or ``[v6]:port`` of a replica's report endpoint (replica_host's rules, port 1-65535)."""
+    if not isinstance(value, str) or len(value) > 64:
+        raise AddressError(f"must be an IP address and port, not {value!r:.80}")
+    host, _, port = value.rpartition(":")
+    bracketed = host.startswith("[") and host.endswith("]")
+    host = host[1:-1] if bracketed else host
+    if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        raise AddressError(f"must be an IP address and port, not {value!r:.80}")
+    address = replica_host(host)
+    if (":" in address) != bracketed:
+        raise AddressError(f"must be an IP address and port, not {value!r:.80}")
+    return value
+
+
+def endpoint_of(host: str, port: int) -> str:
+    """The endpoint a replica publishes for ``host`` (replica_host's rules) and its port."""
+    address = replica_host(host)
+    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"

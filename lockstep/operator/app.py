@@ -21,14 +21,19 @@ from lockstep.operator.events import EventPoster
 from lockstep.operator.freshness import OperatorClock
 from lockstep.operator.kube import GROUP, PLURAL, VERSION, api_counts
 from lockstep.operator.metrics import Metrics
+from lockstep.operator.conditions import VerdictNotWritten
 from lockstep.operator.outage import PROBE_INTERVAL, ApiOutage, ApiUnavailable, EndlessBackoffs, TrackedKubeClient
 from lockstep.operator.peering import HEARTBEAT, Membership
+
+from lockstep.core.wire import endpoint_of
 from lockstep.operator.reconciler import Reconciler
 from lockstep.operator.reports import ReportServer, TokenReviewer
 
 __all__ = ["LockstepOperator"]
 
 logger = logging.getLogger(__name__)
+#: A verdict that did not land: kept in Reconciler.unwritten and written again (outage or a failed write).
+NOT_WRITTEN = (ApiUnavailable, VerdictNotWritten)
 
 
 class LockstepOperator:
@@ -98,14 +103,14 @@ class LockstepOperator:
                        labels=shard.kopf_labels() if shard else None)
         async def resource_event(event: kopf.RawEvent, **_: Any) -> None:
             if self.reconciler is not None:
-                with contextlib.suppress(ApiUnavailable):  # written again once the API is back
+                with contextlib.suppress(*NOT_WRITTEN):  # written again once the API is back
                     await self.reconciler.on_resource(str(event.get("type") or "ADDED"), event["object"])
 
         if shard is not None:
             @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry, when=shard.excludes)
             async def resource_outside_shard(event: kopf.RawEvent, **_: Any) -> None:
                 if self.reconciler is not None:  # relabelled out of the shard: another release's now
-                    with contextlib.suppress(ApiUnavailable):
+                    with contextlib.suppress(*NOT_WRITTEN):
                         await self.reconciler.leave_shard(event["object"])
 
         pod_shard = self.config.pod_shard  # --watch-pod-selector: only the pods of this shard
@@ -114,7 +119,7 @@ class LockstepOperator:
                        labels=pod_shard.kopf_labels() if pod_shard else None)
         async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
             if self.reconciler is not None:
-                with contextlib.suppress(ApiUnavailable):  # written again once the API is back
+                with contextlib.suppress(*NOT_WRITTEN):  # written again once the API is back
                     await self.reconciler.on_pod(str(event.get("type") or "ADDED"), event["object"])
 
         if pod_shard is not None:
@@ -124,13 +129,13 @@ class LockstepOperator:
                 metadata = body.get("metadata") or {}
                 if self.reconciler is not None and self.reconciler.cache.pod(
                         str(metadata.get("namespace") or ""), str(metadata.get("name") or "")) is not None:
-                    with contextlib.suppress(ApiUnavailable):
+                    with contextlib.suppress(*NOT_WRITTEN):
                         await self.reconciler.on_pod(str(event.get("type") or "ADDED"), body)
 
         @kopf.on.event("", "v1", "services", registry=registry)
         async def service_event(event: kopf.RawEvent, **_: Any) -> None:
             if self.reconciler is not None:  # enforcement Quarantine: Services that bypass the proxy
-                with contextlib.suppress(ApiUnavailable):  # written again once the API is back
+                with contextlib.suppress(*NOT_WRITTEN):  # written again once the API is back
                     await self.reconciler.on_service(str(event.get("type") or "ADDED"), event["object"])
 
         if self.config.tls_enabled and self.config.webhook_port:
@@ -146,7 +151,9 @@ class LockstepOperator:
         if info is None:
             raise kopf.PermanentError("no Kubernetes credentials (neither in-cluster nor a kubeconfig)")
         self._client = client = TrackedKubeClient(info, self.outage)
-        namespace = self.config.namespaces[0] if self.config.namespaces else None
+        # With watched namespaces, the peering object is a KopfPeering in the operator's own namespace (never a
+        # tenant's: whoever patches it decides the owners); cluster-wide, the ClusterKopfPeering.
+        namespace = (self.config.own_namespace or self.config.namespaces[0]) if self.config.namespaces else None
         self.membership = membership = Membership(client, self.config.peering_name, self.priority, namespace)
         await membership.refresh()
         self.reconciler = reconciler = Reconciler(self.config, client, self.metrics, EventPoster(client),
@@ -157,15 +164,14 @@ class LockstepOperator:
             self.metrics, self.outage, membership=membership if self.config.peering_name else None)
         await self.report_server.start()
         if self.config.advertise_address and self.config.peering_name:
-            host = self.config.advertise_address
-            membership.endpoint = f"[{host}]:{self.report_server.port}" if ":" in host else \
-                f"{host}:{self.report_server.port}"
+            membership.endpoint = endpoint_of(self.config.advertise_address, self.report_server.port)
             await membership.refresh()  # published now: the others relay to it from their next refresh
         await self._start_metrics()
         self._tasks = [
             asyncio.create_task(self.clock.run()),
             asyncio.create_task(_every(self.config.stale_check_interval, reconciler.check_stale)),
             asyncio.create_task(_every(self.config.status_flush_interval, self._flush)),
+            asyncio.create_task(_every(self.config.write_retry_interval, self._retry_writes)),
             asyncio.create_task(self._follow_outages(client, reconciler)),
             asyncio.create_task(_freeze_heap_now_and_then()),
         ]
@@ -209,11 +215,14 @@ class LockstepOperator:
         return web.json_response(api_counts(self._client) if self._client is not None else {})
 
     async def _flush(self) -> None:
-        """Verdicts that waited for the API server first, then the resources' status."""
+        assert self.reconciler is not None
+        await self.reconciler.flush_status()
+
+    async def _retry_writes(self) -> None:
+        """Verdicts that did not land, written again until each lands or its pod is gone (fail closed)."""
         assert self.reconciler is not None
         if self.reconciler.unwritten and not self.outage.active:
             await self.reconciler.retry_unwritten()
-        await self.reconciler.flush_status()
 
     async def _follow_outages(self, client: TrackedKubeClient, reconciler: Reconciler) -> None:
         """While the API server is away, ask it once a second whether it is back (a report may not
@@ -224,15 +233,18 @@ class LockstepOperator:
             while self.outage.active:
                 await asyncio.sleep(PROBE_INTERVAL)
                 await client.probe(client.pods_path(namespace))
-            with contextlib.suppress(ApiUnavailable):
+            with contextlib.suppress(*NOT_WRITTEN):
                 await reconciler.retry_unwritten()
 
     async def _follow_membership(self, membership: Membership, reconciler: Reconciler) -> None:
         """Renew this replica's entry; when replicas came or went, hand over and take up resources."""
         while True:
             await asyncio.sleep(HEARTBEAT)
-            if await membership.refresh():
-                await reconciler.rebalance()
+            try:
+                if await membership.refresh():
+                    await reconciler.rebalance()
+            except Exception:  # the heartbeat must survive one failed round, or this replica's entry expires
+                logger.exception("Membership round failed; trying again in %s s.", HEARTBEAT)
 
 
 #: The first heap freeze comes once the start's lists are in memory, the next ones this often.

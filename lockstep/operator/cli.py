@@ -38,6 +38,19 @@ def _label_selector(ctx: click.Context, param: click.Parameter, value: str | Non
         raise click.BadParameter(str(error)) from None
 
 
+def _unicast_address(context: click.Context, parameter: click.Parameter, value: str) -> str:
+    """--advertise-address: an IP literal of a unicast pod address, checked at start (a name or a loopback
+    address would make every reportTo answer unusable to the sidecars)."""
+    if not value:
+        return value
+    from lockstep.core.wire import AddressError, replica_host
+
+    try:
+        return replica_host(value.strip())
+    except AddressError as error:
+        raise click.BadParameter(f"{error} (the pod IP, from the downward API status.podIP)") from None
+
+
 @click.command("operator")
 @click.option("-n", "--namespace", "namespaces", multiple=True, envvar="LOCKSTEP_NAMESPACES",
               help="Namespace to watch (repeatable; env: space-separated). Default: the whole cluster.")
@@ -75,7 +88,7 @@ def _label_selector(ctx: click.Context, param: click.Parameter, value: str | Non
 @click.option("--peering", "peering_name", envvar="LOCKSTEP_PEERING",
               help="Name of the peering object the replicas share work through; set it when running two or "
                    "more replicas.")
-@click.option("--advertise-address", default="", envvar="LOCKSTEP_POD_IP",
+@click.option("--advertise-address", default="", envvar="LOCKSTEP_POD_IP", callback=_unicast_address,
               help="This replica's address for the other replicas (the pod IP), published in the peering "
                    "object: the others relay to it the reports for the resources it owns.")
 @click.option("--sidecar-image", default="ghcr.io/lockstep-dev/lockstep:latest", show_default=True,

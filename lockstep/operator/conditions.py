@@ -7,6 +7,8 @@ A mixin of :class:`lockstep.operator.reconciler.Reconciler`, whose ``__init__`` 
 
 from __future__ import annotations
 
+import datetime
+import logging
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -21,16 +23,24 @@ from lockstep.operator.status import ResourceMemory, now_iso
 
 if TYPE_CHECKING:
     from lockstep.operator.cache import ClusterCache, ResourceRecord
+    from lockstep.operator.config import OperatorConfig
     from lockstep.operator.events import EventPoster
     from lockstep.operator.kube import KubeClient
     from lockstep.operator.metrics import Metrics
     from lockstep.operator.status import PodTrack
     from lockstep.operator.verdict_events import VerdictEvents
 
-__all__ = ["WRITE_ATTEMPTS", "ConditionWrites", "condition_of"]
+__all__ = ["WRITE_ATTEMPTS", "ConditionWrites", "VerdictNotWritten", "condition_of"]
+
+logger = logging.getLogger(__name__)
 
 Key = tuple[str, str]
 WRITE_ATTEMPTS = 4
+
+
+class VerdictNotWritten(Exception):
+    """A verdict the API server did not take (an error other than an outage): the pod is kept in
+    ``unwritten`` and the verdict is written again until it lands or the pod is gone."""
 
 
 def condition_of(pod: PodRecord) -> tuple[str, str, str] | None:
@@ -42,6 +52,7 @@ def condition_of(pod: PodRecord) -> tuple[str, str, str] | None:
 
 
 class ConditionWrites:
+    config: OperatorConfig
     cache: ClusterCache
     client: KubeClient
     metrics: Metrics
@@ -72,25 +83,28 @@ class ConditionWrites:
                 # The same verdict object again (an unchanged observation, from the verdict cache): the
                 # status would differ only in lastVerificationTime, which alone is never written.
                 self._dirty.add(record.key)
-        current = condition_of(pod)
-        if track.written is not None and current != track.written and current in track.earlier:
-            current = track.written  # a late watch event of an earlier write: the pod carries the last one
-        if current == verdict.condition:
+        if condition_of(pod) == verdict.condition:
             self.unwritten.discard(pod.key)
             return
         try:
             wrote = await self._write_condition(pod.key, verdict)
-        except ApiUnavailable:
+        except StaleReport:
+            raise  # a True of a report older than the pod's recorded one: the report is refused, nothing kept
+        except Exception as error:
             # Not written: the pod keeps the condition it carries, and the verdict is judged and written
-            # again once the API server is back (retry_unwritten), with its Events.
+            # again (retry_unwritten, every write_retry_interval) until it lands or the pod is gone, with
+            # its Events. Fail closed: a False that did not land is never forgotten.
             track.verdict = previous
             self.unwritten.add(pod.key)
-            raise
+            self.metrics.verdict_writes_failed.inc()
+            if isinstance(error, ApiUnavailable):
+                raise
+            logger.warning("Pod %s/%s: the verdict %s/%s was not written (%s); retrying",
+                           pod.namespace, pod.name, verdict.status, verdict.reason.value, error)
+            raise VerdictNotWritten(f"pod {pod.namespace}/{pod.name}: {error}") from error
         self.unwritten.discard(pod.key)
         if not wrote:
             return
-        if track.written is not None and track.written != verdict.condition:
-            track.earlier = [*track.earlier[-3:], track.written]
         track.written = verdict.condition
         if previous is None or (previous.status, previous.reason) != (verdict.status, verdict.reason):
             await self.verdict_events.announce(pod, verdict, resources)
@@ -109,7 +123,16 @@ class ConditionWrites:
         verdict = Verdict("False", Reason.NOT_APPROVED, "no MCPServerInterface selects this pod any more",
                           PodState.PENDING)
         track.verdict, track.observation = verdict, None
-        if await self._write_condition(pod.key, verdict):
+        try:
+            wrote = await self._write_condition(pod.key, verdict)
+        except Exception as error:
+            self.unwritten.add(pod.key)
+            self.metrics.verdict_writes_failed.inc()
+            if isinstance(error, ApiUnavailable):
+                raise
+            raise VerdictNotWritten(f"pod {pod.namespace}/{pod.name}: {error}") from error
+        self.unwritten.discard(pod.key)
+        if wrote:
             track.written = verdict.condition
             await self.events.post(pod_ref(pod.namespace, pod.name, pod.uid), "Warning", verdict.reason.value,
                                    verdict.message)
@@ -118,6 +141,7 @@ class ConditionWrites:
         """Merge-patch pods/status with the full conditions list (a merge patch replaces lists), guarded
         by the pod's resourceVersion so that a condition written meanwhile by the kubelet is not lost.
         Returns whether it wrote (False: the pod is gone, or already carries the verdict)."""
+        stamped = True
         for attempt in range(WRITE_ATTEMPTS):
             pod = self.cache.pod(*key)
             if pod is None:
@@ -129,8 +153,11 @@ class ConditionWrites:
             condition = {"type": CONDITION_TYPE, "status": verdict.status, "reason": verdict.reason.value,
                          "message": verdict.message, "lastProbeTime": None,
                          "lastTransitionTime": since or now_iso()}
+            # A True carries the stamp of its report, and is not written over a newer one; a False is written
+            # whatever the pod records (a stamp someone else put there must never hold a pod Ready).
+            metadata = self._stamp_annotation(pod, check=verdict.status == "True") if stamped else {}
             patch: dict[str, Any] = {"status": {"conditions": [*pod.other_conditions, condition]},
-                                     "metadata": self._stamp_annotation(pod)}
+                                     "metadata": metadata}
             if pod.resource_version:
                 patch["metadata"]["resourceVersion"] = pod.resource_version
             try:
@@ -139,6 +166,11 @@ class ConditionWrites:
                 if error.status == 404:
                     self.cache.drop_pod(*key)
                     return False
+                if error.status == 422 and stamped and metadata.get("annotations"):
+                    # The pod refuses the annotation (its annotations are over the API server's budget, or
+                    # someone wrote a value it cannot merge): the verdict goes without the stamp.
+                    stamped = False
+                    continue
                 if error.status != 409:
                     raise
                 fresh = await self.client.get(f"/api/v1/namespaces/{key[0]}/pods/{key[1]}")
@@ -152,16 +184,19 @@ class ConditionWrites:
             return True
         raise KubeApiError(409, f"pod {key[0]}/{key[1]} kept changing; condition not written")
 
-    def _stamp_annotation(self, pod: PodRecord) -> dict[str, Any]:
-        """The annotations of the write: the stamp of the report behind the verdict, unless the pod
-        records a newer one (another replica, or the last leader, accepted a later report: this
-        verdict is of an older report and is not written)."""
+    def _stamp_annotation(self, pod: PodRecord, *, check: bool) -> dict[str, Any]:
+        """The annotations of the write: the stamp of the report behind the verdict. With ``check`` (a
+        True), unless the pod records a newer one (another replica, or the last leader, accepted a later
+        report: this verdict is of an older report and is not written)."""
         track = self.tracks.get(pod.key)
         stamp = track.stamp if track is not None and track.uid == pod.uid else None
         if stamp is None:
             return {}
         recorded = pod.report_stamp
-        if recorded is not None and recorded != stamp:
+        if recorded is not None and not recorded.plausible(datetime.datetime.now(datetime.UTC),
+                                                            self.config.max_clock_skew):
+            recorded = None  # not Lockstep's (lockstep.operator.freshness refuses such reports): overwritten
+        if check and recorded is not None and recorded != stamp:
             why = stamp.replays(recorded)
             if why is not None:
                 raise StaleReport("Replayed", f"the pod records a newer report than this one: {why}")

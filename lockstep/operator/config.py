@@ -44,6 +44,11 @@ class OperatorConfig:
     #: TokenReview) per second and burst; 0 turns the limit off.
     source_rate: float = 20.0
     source_burst: int = 50
+    #: Open connections per source address (the other replicas exempt; 0: no limit), how long the body of
+    #: an authenticated report may take to arrive, and how long an idle kept-alive connection stays open.
+    connections_per_source: int = 256
+    body_read_timeout: float = 10.0
+    keepalive_timeout: float = 30.0
     #: Largest difference between a report's sentAt and the operator's clock (seconds).
     max_clock_skew: float = 120.0
     #: How long a reviewed token is trusted before it is reviewed again (seconds).
@@ -51,6 +56,8 @@ class OperatorConfig:
     #: How often the stale timer runs, and how soon a changed resource status is written (seconds).
     stale_check_interval: float = 5.0
     status_flush_interval: float = 1.0
+    #: How often verdicts that did not land are written again (a False is retried until it lands).
+    write_retry_interval: float = 1.0
     #: A resource's status is written at most once in this many seconds: its first change at the next
     #: flush, the changes after it together (a rollout of its pods costs the API server one status write
     #: per resource every few seconds, not one per flush; the pods' conditions are written at once).

@@ -59,6 +59,11 @@ class FreshnessBook:
             raise StaleReport("ClockSkew", f"sentAt {freshness.sent_at} is more than {self.max_skew:g}s from the "
                                            "operator's clock (a replayed report, or clocks out of sync)")
         stamp = stamp_of(freshness)
+        if (stamp.boot_time - now).total_seconds() > self.max_skew:
+            raise StaleReport("ClockSkew", f"bootTime {freshness.boot_time} is in the future: a sidecar cannot "
+                                           "have started after the report was sent")
+        if recorded is not None and not recorded.plausible(now, self.max_skew):
+            recorded = None  # a stamp from the future was not written by Lockstep: it cannot lock a pod out
         for last in (self._seen.get(pod_uid), recorded):
             why = stamp.replays(last) if last is not None else None
             if why is not None:

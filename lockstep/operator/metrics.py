@@ -23,7 +23,7 @@ from prometheus_client import (
 __all__ = ["REJECTION_REASONS", "Metrics"]
 
 REJECTION_REASONS = ("Unauthenticated", "UnknownPod", "UidMismatch", "NotSelected", "BadReport", "TooLarge",
-                     "RateLimited", "Overloaded", "Replayed", "ClockSkew")
+                     "RateLimited", "Overloaded", "Replayed", "ClockSkew", "SlowBody", "NotWritten")
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 
@@ -68,6 +68,14 @@ class Metrics:
             "lockstep_proxy_bypassing_services",
             "Service ports that select the pods of an enforcement Quarantine resource but target a port other "
             "than the proxy's (lockstep-mcp).", ["namespace", "interface"], registry=self.registry)
+        self.verdict_writes_failed = Counter(
+            "lockstep_verdict_writes_failed_total",
+            "Pod condition writes the API server did not take (each is retried until it lands or the pod is gone).",
+            registry=self.registry)
+        self.verdicts_unwritten = Gauge(
+            "lockstep_verdicts_unwritten",
+            "Pods whose latest verdict has not landed yet (retried every write_retry_interval).",
+            registry=self.registry)
         self._finding_labels: dict[tuple[str, str], set[tuple[str, str, str]]] = {}
         self._clients: dict[tuple[str, str], set[str]] = {}
 

@@ -26,6 +26,8 @@ from typing import Any
 
 from lockstep.operator.kube import KubeApiError, KubeClient
 
+from lockstep.core.wire import AddressError, replica_endpoint
+
 __all__ = ["HEARTBEAT", "LIFETIME", "Member", "Membership", "live_members", "owner"]
 
 logger = logging.getLogger(__name__)
@@ -43,23 +45,44 @@ class Member:
     endpoint: str  # host:port of its report endpoint ("" when it publishes none)
 
 
+#: How far in the future an entry's lastseen may be (clock differences between nodes).
+CLOCK_SKEW = timedelta(seconds=30)
+
+
 def live_members(peering_status: Mapping[str, Any], now: datetime | None = None) -> list[Member]:
-    """The replicas whose entry has not expired (malformed entries are skipped)."""
+    """The replicas whose entry has not expired. Only Lockstep's entries count (``replica-<priority>``,
+    the key naming the entry's own priority), each with at most LIFETIME seconds and a lastseen not in
+    the future: an entry written by anyone else (kopf's own, or a forged one with a lifetime of years)
+    never becomes an owner for longer than a real replica's entry would. Malformed entries are skipped."""
     now = now or datetime.now(UTC)
     members = []
-    for info in peering_status.values():
-        if not isinstance(info, Mapping):
-            continue
+    for key, info in peering_status.items():
         try:
-            seen = datetime.fromisoformat(str(info.get("lastseen")))
-            lifetime = timedelta(seconds=int(info.get("lifetime", 60)))
-            priority = int(info.get("priority", 0))
-        except (TypeError, ValueError):
+            member = _member(key, info, now)
+        except (TypeError, ValueError, OverflowError, RecursionError):
             continue
-        if (seen if seen.tzinfo else seen.replace(tzinfo=UTC)) + lifetime > now:
-            endpoint = info.get("endpoint")
-            members.append(Member(priority, endpoint if isinstance(endpoint, str) else ""))
+        if member is not None:
+            members.append(member)
     return sorted(members, key=lambda member: member.priority)
+
+
+def _member(key: Any, info: Any, now: datetime) -> Member | None:
+    if not isinstance(key, str) or not key.startswith(ENTRY_PREFIX) or not isinstance(info, Mapping):
+        return None
+    priority = info.get("priority")
+    if not isinstance(priority, int) or isinstance(priority, bool) or key != f"{ENTRY_PREFIX}{priority}":
+        return None
+    seen = datetime.fromisoformat(str(info.get("lastseen")))
+    seen = seen if seen.tzinfo else seen.replace(tzinfo=UTC)
+    lifetime = timedelta(seconds=min(LIFETIME, max(0, int(info.get("lifetime", LIFETIME)))))
+    if seen > now + CLOCK_SKEW or seen + lifetime <= now:
+        return None
+    endpoint = info.get("endpoint")
+    try:
+        endpoint = replica_endpoint(endpoint) if endpoint else ""
+    except AddressError:
+        endpoint = ""  # a member that publishes no usable address: its reports answer 503 (the sidecar retries)
+    return Member(priority, endpoint)
 
 
 def owner(key: str, priorities: list[int]) -> int | None:

@@ -19,6 +19,7 @@ events, the timers and the judging:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -26,10 +27,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from lockstep.operator.cache import ClusterCache, PodRecord, ResourceRecord
-from lockstep.operator.conditions import ConditionWrites, condition_of
+from lockstep.operator.conditions import ConditionWrites, VerdictNotWritten, condition_of
 from lockstep.operator.config import OperatorConfig
 from lockstep.operator.events import EventPoster, resource_ref
-from lockstep.operator.freshness import OperatorClock
+from lockstep.operator.freshness import OperatorClock, StaleReport
 from lockstep.operator.intake import DefinitionsRequired, Intake
 from lockstep.operator.judge import (
     CONDITION_TYPE,
@@ -41,7 +42,7 @@ from lockstep.operator.judge import (
     judge_stale,
     short_digest,
 )
-from lockstep.operator.kube import KubeClient
+from lockstep.operator.kube import KubeApiError, KubeClient
 from lockstep.operator.metrics import Metrics
 from lockstep.operator.observed_maps import ObservedMaps
 from lockstep.operator.outage import ApiUnavailable
@@ -235,9 +236,37 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
             self._dirty.update(old | {resource.key for resource in self.cache.selecting(record)})
             self._restore_track(record)  # selected now by a resource this replica owns
             await self._judge_pod(record.key)
-        elif (record.key not in self.tracks and not record.deleting and self.owns_pod(record)
-              and (condition_of(record) or ("",))[0] == "True"):
+        elif record.deleting or not self.owns_pod(record):
+            return
+        elif record.key in self.tracks:
+            written = self.tracks[record.key].written
+            if written is not None and condition_of(record) != written and record.key not in self.unwritten:
+                # Someone else wrote the condition (pods/status rights suffice), or a late event of an earlier
+                # write: the pod is read, and the verdict written again unless it carries it.
+                await self._rewrite(record.key)
+        elif (condition_of(record) or ("",))[0] == "True":
             await self._foreign_condition(record)
+
+    async def _rewrite(self, key: Key) -> None:
+        """Write the pod's verdict again if the pod, as the API server has it now, does not carry it (a late
+        watch event costs one read, a foreign write one read and the write); a write that fails is left to
+        retry_unwritten."""
+        with contextlib.suppress(VerdictNotWritten, ApiUnavailable, StaleReport):
+            try:
+                fresh = PodRecord.from_body(await self.client.get(f"/api/v1/namespaces/{key[0]}/pods/{key[1]}"))
+            except KubeApiError as error:
+                if error.status == 404:
+                    return
+                raise VerdictNotWritten(str(error)) from error
+            track = self.tracks.get(key)
+            if track is None or fresh.uid != track.uid:
+                return
+            self.cache.put_pod(fresh)
+            if condition_of(fresh) == track.written:
+                return  # a late event: the pod carries the verdict
+            logger.warning("Pod %s/%s carries %s %s that Lockstep did not write: writing the verdict %s again",
+                           key[0], key[1], CONDITION_TYPE, condition_of(fresh), track.written)
+            await self._judge_pod(key)
 
     async def _foreign_condition(self, pod: PodRecord) -> None:
         """A pod that has not reported to this operator carries ``interface-verified=True``: anyone with
@@ -275,12 +304,25 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
                     await self._judge_pod(key)
                 except ApiUnavailable:
                     return  # written by retry_unwritten once the API server is back
+                except VerdictNotWritten:
+                    continue  # in unwritten: retried every write_retry_interval
 
     async def retry_unwritten(self) -> None:
-        """Write the verdicts that waited for the API server; stops at the first that still cannot."""
+        """Write the verdicts that did not land (an outage, or an error of one write) until each lands or
+        its pod is gone; stops at an outage (ApiUnavailable), goes on past a pod whose write fails again."""
         for key in list(self.unwritten):
             self.unwritten.discard(key)
-            await self._judge_pod(key)
+            pod = self.cache.pod(*key)
+            if pod is None:
+                continue
+            try:
+                await self._judge_pod(key)
+            except VerdictNotWritten:
+                continue  # back in unwritten: the next round tries again
+            except StaleReport:
+                continue  # a True over a newer stamp: the next report decides
+            finally:
+                self.metrics.verdicts_unwritten.set(len(self.unwritten))
 
     # ------------------------------------------------------------------ for the report endpoint
     def selecting(self, pod: PodRecord) -> list[ResourceRecord]:
@@ -325,7 +367,7 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
         if observation.digest is None:
             return judge(observation, policy, was_verified=was_verified, proxied=proxied)
         key = (policy.namespace, policy.name, policy.judging_key, observation.digest.digest,
-               observation.definitions is not None, was_verified, proxied)
+               observation.definitions is not None, was_verified, proxied, observation.server_exposed)
         verdict = self._verdicts.get(key)
         if verdict is None:
             verdict = judge(observation, policy, was_verified=was_verified, proxied=proxied)

@@ -8,7 +8,6 @@ from the body. Checks run cheapest first, and the body is read only once the cal
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import json
 import logging
@@ -16,6 +15,7 @@ import ssl
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -26,6 +26,7 @@ from lockstep.operator.kube import KubeApiError, KubeClient
 from lockstep.operator.metrics import Metrics
 from lockstep.operator.outage import ApiOutage, ApiUnavailable
 from lockstep.operator.peering import Membership
+from lockstep.operator.conditions import VerdictNotWritten
 from lockstep.operator.reconciler import DefinitionsRequired, Reconciler
 from lockstep.operator.relay import RELAYED_FOR_HEADER, RelayFailed, ReportRelay
 
@@ -197,6 +198,50 @@ class RateLimiter:
         self._next_prune = max(PRUNE_AT, 2 * len(self._buckets))
 
 
+class ConnectionLimit:
+    """At most ``per_source`` open connections from one address (before anything is read: a caller
+    that opens connections and holds them, idle or with a slow request, is cut off at the limit).
+    Installed on aiohttp's ``web.Server``, whose connection_made/connection_lost every connection goes
+    through; the other replicas' addresses are exempt."""
+
+    def __init__(self, per_source: int, exempt: Callable[[], frozenset[str]] = frozenset) -> None:
+        self.per_source = per_source
+        self._exempt = exempt
+        self._open: dict[str, int] = {}
+        self._source_of: dict[int, str] = {}
+        self.refused = 0
+
+    def install(self, server: web.Server) -> None:
+        made, lost = server.connection_made, server.connection_lost
+
+        def connection_made(handler: Any, transport: asyncio.Transport) -> None:
+            made(handler, transport)
+            peer = transport.get_extra_info("peername")
+            source = str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
+            if self.per_source and source not in self._exempt() and self._open.get(source, 0) >= self.per_source:
+                self.refused += 1
+                transport.close()
+                return
+            self._open[source] = self._open.get(source, 0) + 1
+            self._source_of[id(handler)] = source
+
+        def connection_lost(handler: Any, exc: BaseException | None = None) -> None:
+            source = self._source_of.pop(id(handler), None)
+            if source is not None:
+                left = self._open.get(source, 1) - 1
+                if left > 0:
+                    self._open[source] = left
+                else:
+                    self._open.pop(source, None)
+            lost(handler, exc)
+
+        server.connection_made = connection_made  # type: ignore[method-assign]
+        server.connection_lost = connection_lost  # type: ignore[method-assign]
+
+    def open_from(self, source: str) -> int:
+        return self._open.get(source, 0)
+
+
 class ReportServer:
     def __init__(self, config: OperatorConfig, reconciler: Reconciler, reviewer: TokenReviewer,
                  metrics: Metrics, outage: ApiOutage | None = None, membership: Membership | None = None) -> None:
@@ -231,8 +276,12 @@ class ReportServer:
         return app
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(self.app(), access_log=None, handle_signals=False,
+                                     keepalive_timeout=self.config.keepalive_timeout)
         await self._runner.setup()
+        assert self._runner.server is not None
+        self.connections = ConnectionLimit(self.config.connections_per_source, exempt=self._peer_hosts)
+        self.connections.install(self._runner.server)
         site = web.TCPSite(self._runner, self.config.report_host, self.config.report_port,
                            ssl_context=self._ssl_context())
         await site.start()
@@ -246,6 +295,10 @@ class ReportServer:
             await self._runner.cleanup()
         if self.relay is not None:
             await self.relay.close()
+
+    def _peer_hosts(self) -> frozenset[str]:
+        """The other replicas' addresses: relays carry many pods' reports on few connections."""
+        return self.membership.peer_hosts if self.membership is not None else frozenset()
 
     def _ssl_context(self) -> ssl.SSLContext | None:
         if not self.config.tls_enabled:
@@ -267,18 +320,6 @@ class ReportServer:
             return None
         return self.membership.owner_endpoint(self.reconciler.pod_owner_key(pod))
 
-    def _route_by_claims(self, request: web.Request) -> str | None:
-        """The owner's endpoint for the pod the bearer token names, read without verifying it: a report
-        for another replica's pod is relayed before this replica spends a TokenReview on it (the owner
-        reviews it; a token that lies about its pod only gets itself relayed)."""
-        if self.membership is None or len(self.membership.members) < 2:
-            return None
-        claims = unverified_pod_claims(request.headers.get("Authorization", ""))
-        pod = self.reconciler.cache.pod(*claims) if claims else None
-        if pod is None or self.reconciler.owns_pod(pod):
-            return None
-        return self._owner_endpoint(pod)
-
     async def handle_ready(self, request: web.Request) -> web.Response:
         if self.serving():
             return web.json_response({"status": "ready"})
@@ -290,9 +331,6 @@ class ReportServer:
         try:
             if not self.serving():
                 raise NotServing()
-            endpoint = self._route_by_claims(request)
-            if endpoint is not None:
-                raise Misrouted(endpoint)
             answer = await self._judge(request)
             outcome = "accepted"
             return self._accepted(answer)
@@ -318,6 +356,12 @@ class ReportServer:
                                      status=503, headers={"Retry-After": str(round(self.outage.retry_after()))})
         except ReportRejected as rejection:
             return self._rejected(rejection)
+        except (VerdictNotWritten, KubeApiError) as error:
+            # The verdict did not land (it is written again every write_retry_interval until it does): the
+            # sidecar is told to send its report again; nothing it sent is lost.
+            logger.warning("Report taken, verdict not written: %s", error)
+            return self._rejected(ReportRejected(503, "NotWritten", "the verdict could not be written yet; "
+                                                 "send the report again", retry_after=1.0))
         finally:
             self._durations[outcome].observe(time.perf_counter() - started)
 
@@ -354,21 +398,10 @@ class ReportServer:
             return _not_serving()
 
     async def _relay(self, request: web.Request, endpoint: str) -> web.Response:
-        """The relaying replica's part: the cheap checks that need no API (size, bearer, the per-address
-        limit on every relayed report), then the report goes to its owner as it came."""
+        """The relaying replica's part, once the token is reviewed here (``_judge`` reached Misrouted):
+        the body, read within the deadline, goes to the owner as it came; the owner reviews it again."""
         assert self.relay is not None
-        length = request.content_length
-        if length is not None and length > self.config.body_limit:
-            raise ReportRejected(413, "TooLarge", f"the report is larger than {self.config.body_limit} bytes")
-        _bearer(request)
-        if self.sources is not None:
-            wait = self.sources.admit(request.remote or "unknown")
-            if wait:
-                raise ReportRejected(429, "RateLimited", "too many reports from this address", retry_after=wait)
-        try:
-            body = await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise ReportRejected(413, "TooLarge", f"the report is larger than {self.config.body_limit} bytes") from None
+        body = await _read_body(request, self.config.body_limit, self.config.body_read_timeout)
         return await self.relay.send(request, body, endpoint)
 
     def _source(self, request: web.Request) -> str:
@@ -384,6 +417,8 @@ class ReportServer:
         if length is not None and length > self.config.body_limit:
             raise ReportRejected(413, "TooLarge", f"the report is larger than {self.config.body_limit} bytes")
         token = _bearer(request)
+        if not self.reviewer.known(token) and not _token_shaped(token):
+            raise ReportRejected(401, "Unauthenticated", "the bearer token is not a service-account token")
         if self.sources is not None and not self.reviewer.known(token):
             wait = self.sources.admit(self._source(request))
             if wait:
@@ -402,7 +437,8 @@ class ReportServer:
             raise ReportRejected(403, "NotSelected", f"no MCPServerInterface selects pod {identity.pod_name}")
         if not self.reconciler.owns_pod(pod):
             raise Misrouted(self._owner_endpoint(pod))
-        observation, freshness, proxy = await _read_observation(request, self.config.body_limit)
+        observation, freshness, proxy = parse_report(
+            await _read_body(request, self.config.body_limit, self.config.body_read_timeout))
         try:
             stamp = self.freshness.admit(identity.pod_uid, freshness, recorded=pod.report_stamp)
             # The write checks the stamp again against the pod as the API server has it (a write
@@ -436,19 +472,15 @@ def _not_serving() -> web.Response:
     return response
 
 
-def unverified_pod_claims(authorization: str) -> tuple[str, str] | None:
-    """(namespace, pod name) of a bound service-account token, read WITHOUT verifying it: for routing only."""
-    scheme, _, token = authorization.partition(" ")
-    parts = token.strip().split(".")
-    if scheme.lower() != "bearer" or len(parts) != 3 or len(parts[1]) > 8192:
-        return None
-    try:
-        claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-        bound = claims["kubernetes.io"]
-        namespace, name = bound["namespace"], bound["pod"]["name"]
-    except (ValueError, TypeError, KeyError):
-        return None
-    return (namespace, name) if isinstance(namespace, str) and isinstance(name, str) else None
+#: A service-account token is a JWS in compact form: three base64url parts. Anything else, or longer, is
+#: refused without a TokenReview.
+MAX_TOKEN_LENGTH = 16 * 1024
+_TOKEN_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
+
+
+def _token_shaped(token: str) -> bool:
+    parts = token.split(".")
+    return len(token) <= MAX_TOKEN_LENGTH and len(parts) == 3 and all(parts) and set(token) <= _TOKEN_CHARACTERS
 
 
 def _bearer(request: web.Request) -> str:
@@ -458,12 +490,15 @@ def _bearer(request: web.Request) -> str:
     return token.strip()
 
 
-async def _read_observation(request: web.Request, limit: int) -> tuple[Observation, Freshness, ProxyReport | None]:
+async def _read_body(request: web.Request, limit: int, timeout: float) -> bytes:
+    """The body of an authenticated report, read within ``timeout`` seconds (a caller that holds the
+    connection open with a slow body is cut off: 408 SlowBody)."""
     try:
-        raw = await request.read()
+        return await asyncio.wait_for(request.read(), timeout)
     except web.HTTPRequestEntityTooLarge:
         raise ReportRejected(413, "TooLarge", f"the report is larger than {limit} bytes") from None
-    return parse_report(raw)
+    except TimeoutError:
+        raise ReportRejected(408, "SlowBody", f"the body did not arrive within {timeout:g}s") from None
 
 
 def parse_report(raw: bytes) -> tuple[Observation, Freshness, ProxyReport | None]:

@@ -92,7 +92,9 @@ class Restore:
         self.tracks[pod.key] = PodTrack(
             uid=pod.uid, observation=observation, received_at=time.monotonic(), verdict=verdict,
             was_verified=reason in (Reason.VERIFIED, Reason.INTERFACE_CHANGED),
-            stale=reason is Reason.REPORT_STALE, written=verdict.condition, proxied=reason is Reason.QUARANTINED)
+            # A True is never restored as stale: check_stale would skip it; it must be renewed by a report
+            # within staleAfter, or it is written False (a ReportStale True someone else wrote never stands).
+            stale=reason is Reason.REPORT_STALE and verdict.status != "True", written=verdict.condition, proxied=reason is Reason.QUARANTINED)
 
 
 def _rebuild_observation(reason: Reason, condition: Mapping[str, Any], entry: Mapping[str, Any] | None

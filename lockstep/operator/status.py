@@ -41,6 +41,8 @@ PODS_LISTED = 100
 #: Definitions kept in status, in all, as a multiple of the per-revision limit.
 DEFINITIONS_BUDGET = 4
 READY_STATES = (PodState.VERIFIED, PodState.AUDIT, PodState.QUARANTINED)
+#: The enforcements whose pods serve agents through the sidecar's in-line proxy only.
+PROXIED = (Enforcement.ISOLATE, Enforcement.QUARANTINE)
 #: Withheld components listed in status.proxy.withheld (newest first).
 WITHHELD_LISTED = 20
 
@@ -64,10 +66,9 @@ class PodTrack:
     #: The stamp of the last accepted report, written into the pod with the next verdict (replay
     #: protection that survives restarts: lockstep.core.replay).
     stamp: ReportStamp | None = None
-    #: The condition (status, reason, message) last written, and those written before it: a watch
-    #: event that arrives late shows one of those, which is no reason to write again.
+    #: The condition (status, reason, message) last written: a pod event that shows another one (a late
+    #: event, or someone else's write) gets the verdict written again.
     written: tuple[str, str, str] | None = None
-    earlier: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -97,7 +98,7 @@ def build_status(policy: Policy, pods: Sequence[tuple[PodRecord, PodTrack | None
         "observed": _observed(pods, memory, definitions_limit),
         "conditions": _conditions(policy, phase, counts, len(pods), previous, memory.bypassing),
     }
-    if policy.enforcement is Enforcement.QUARANTINE or memory.withheld:
+    if policy.enforcement in PROXIED or memory.withheld:
         status["proxy"] = {"withheld": memory.withheld[:WITHHELD_LISTED], "bypassingServices": memory.bypassing}
     if memory.last_verification:
         status["lastVerificationTime"] = memory.last_verification
@@ -192,10 +193,10 @@ def _conditions(policy: Policy, phase: str, counts: Counter[PodState], total: in
         ("Stalled", "True" if policy.problems else "False", "InvalidSpec" if policy.problems else "SpecValid",
          "; ".join(policy.problems)[:1024] if policy.problems else "the spec is usable"),
     ]
-    if policy.enforcement is Enforcement.QUARANTINE:
+    if policy.enforcement in PROXIED:
         wanted.append(("ProxyBypassed", "True" if bypassing else "False",
                        "ServiceBypassesProxy" if bypassing else "AllServicesProxied",
-                       (f"Services that send traffic past the proxy (target a port other than lockstep-mcp): "
+                       (f"Services that send traffic past the proxy (target the MCP port, not lockstep-mcp): "
                         f"{', '.join(bypassing)}")[:1024] if bypassing
                        else "every Service that selects the pods targets the proxy port"))
     before = {condition.get("type"): condition for condition in previous.get("conditions") or []}

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import itertools
+import json
 import logging
 import random
 import secrets
@@ -34,7 +35,7 @@ from lockstep.sidecar.proxy import WithheldLog
 
 from lockstep.core.digest import InterfaceDigest
 from lockstep.core.names import REPORT_PATH
-from lockstep.core.report import Freshness, Observation, ProxyReport, report_body
+from lockstep.core.report import FailureReason, Freshness, Observation, ProxyReport, report_body
 from lockstep.core.wire import AnswerVerdict, ApprovedComponents, ReportAnswer
 
 __all__ = ["Delivery", "Reporter", "next_retry"]
@@ -45,6 +46,8 @@ logger = logging.getLogger("lockstep.sidecar")
 RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 #: The operator holds no definitions for a digest-only report: the full report goes at once.
 DEFINITIONS_REQUIRED = 428
+#: The operator's body limit: the observation is reported again as an invalid interface.
+TOO_LARGE = 413
 #: Refusals that can be transient: the operator's cache has not seen the new pod (404) or its
 #: MCPServerInterface (403) yet, or a TokenReview failed (401). Counted as rejected, retried.
 RETRIED_REJECTIONS = frozenset({401, 403, 404})
@@ -175,6 +178,17 @@ class Reporter:
             self._failed(f"Operator answered {response.status_code}, will retry")
             self._put_back(proxy)
             return _retry_after(response)
+        if response.status_code == TOO_LARGE and not observation.failed:
+            # An interface larger than the operator takes is not left unseen for staleAfter: it is reported at
+            # once as an invalid interface (fail closed: the pod is not verified while it serves it).
+            self._metrics.reports.labels("rejected").inc()
+            self._put_back(proxy)
+            logger.error("The operator refused the report as too large (%s bytes): reporting the interface as "
+                         "invalid", _body_size(body))
+            return await self._attempt(Observation.of_failure(
+                FailureReason.INTERFACE_INVALID,
+                f"the interface is too large to report: {_body_size(body)} bytes of JSON, more than the operator "
+                "accepts (413)", observation.observed_at, view=observation.view))
         if response.status_code == DEFINITIONS_REQUIRED and digests_only:
             logger.debug("The operator asks for the definitions: %s", _one_line(response.text))
             self._accepted = None
@@ -244,6 +258,10 @@ def next_retry(retry_after: float, backoff: float, max_backoff: float) -> tuple[
     if retry_after > 0:
         return retry_after * random.uniform(1.0, 1.2), backoff
     return backoff * random.uniform(0.5, 1.0), min(backoff * 2, max_backoff)
+
+
+def _body_size(body: object) -> int:
+    return len(json.dumps(body, separators=(",", ":")))
 
 
 def _utc_now() -> str:

@@ -9,10 +9,12 @@ Each workaround names the kmock behaviour it works around (see also
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import copy
 import datetime
 import ipaddress
+import json
 import secrets
 import ssl
 import threading
@@ -40,6 +42,7 @@ from lockstep.core.manifest import build_manifest
 from lockstep.core.report import FailureReason, Freshness, Observation
 from lockstep.core.revision import Revision
 from lockstep.reader import ReaderError, read_interface
+from lockstep_testing.loopback import test_server_names
 from lockstep_testing.mcp_servers import MutableServer
 
 __all__ = [
@@ -136,6 +139,16 @@ class Identity:
     audience: str = "lockstep.dev"
 
 
+def jwt_shaped(claims: dict[str, Any]) -> str:
+    """A token in a bound service-account token's form (a compact JWS: three base64url parts; the
+    emulated TokenReview knows it by value, so the signature is filler). The report endpoint refuses
+    anything else without a review."""
+    def part(value: Any) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    return f"{part({'alg': 'RS256', 'kid': 'kmock'})}.{part(claims)}.{part('signature')}"
+
+
 class TokenBook:
     """Answers TokenReviews like a real API server for pod-bound projected tokens: the pod's name
     and uid in ``extra``, unauthenticated for unknown tokens or another audience."""
@@ -146,7 +159,9 @@ class TokenBook:
         emulator.token_reviews = self._answer  # never stored, and no reaction (see Emulator)
 
     def issue(self, namespace: str, pod: str, uid: str, *, audience: str = "lockstep.dev") -> str:
-        token = f"token-{namespace}-{pod}-{uid}-{len(self.tokens)}"
+        token = jwt_shaped({"aud": [audience], "sub": f"system:serviceaccount:{namespace}:default",
+                            "kubernetes.io": {"namespace": namespace, "pod": {"name": pod, "uid": uid}},
+                            "n": len(self.tokens)})
         self.tokens[token] = Identity(namespace, pod, uid, audience)
         return token
 
@@ -276,8 +291,7 @@ def make_tls_files(folder: Path) -> TlsFiles:
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                                                        x509.DNSName("localhost")]), critical=False)
+            .add_extension(x509.SubjectAlternativeName(test_server_names()), critical=False)
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .sign(key, hashes.SHA256()))
     files = TlsFiles(folder / "tls.crt", folder / "tls.key")

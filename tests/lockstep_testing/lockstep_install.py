@@ -24,7 +24,7 @@ from lockstep.operator.config import OperatorConfig
 from lockstep_testing.control_plane import ControlPlane, ControlPlaneError, free_port
 from lockstep_testing.kmock_support import RunningOperator, run_operator_thread
 from lockstep_testing.lockstep_cluster import loopback_operator_config
-from lockstep_testing.loopback import Certificates
+from lockstep_testing.loopback import Certificates, host_address
 
 __all__ = ["RELEASE", "SYSTEM_NAMESPACE", "Installation", "api_path", "apply", "install_crds", "install_lockstep",
            "render_chart"]
@@ -154,7 +154,8 @@ async def install_lockstep(plane: ControlPlane, folder: Path, *, peering: bool =
     config, certificates = loopback_operator_config(
         folder, stale_check_interval=0.5, status_flush_interval=0.2, status_write_interval=0.0, sidecar_image=SIDECAR_IMAGE,
         own_namespace=SYSTEM_NAMESPACE, peering_name=RELEASE if peering else None,
-        peering_priority=100 if peering else None, advertise_address="127.0.0.1" if peering else "")
+        peering_priority=100 if peering else None, advertise_address=host_address() if peering else "",
+        report_host="0.0.0.0" if peering else "127.0.0.1")
     webhook_port = config.webhook_port
     token = plane.request_token(SYSTEM_NAMESPACE, account, seconds=3 * 3600)
     installation = Installation(plane, config, certificates, account, token, webhook_port, rendered)

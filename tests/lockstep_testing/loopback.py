@@ -24,8 +24,37 @@ from fastapi.responses import JSONResponse
 from lockstep.core.report import Observation
 from lockstep_testing.mcp_servers import MutableServer
 
-__all__ = ["Certificates", "McpServerHandle", "OperatorStandIn", "Report", "eventually", "make_certificates",
-           "serve_asgi", "sidecar_env"]
+__all__ = ["Certificates", "McpServerHandle", "OperatorStandIn", "Report", "eventually", "host_address",
+           "make_certificates", "serve_asgi", "sidecar_env"]
+
+
+def test_server_names() -> list[x509.GeneralName]:
+    """The names of a test operator's serving certificate: loopback, and the machine's address that the
+    replica tests advertise (a replica verifies its peer by that address)."""
+    names: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+    with contextlib.suppress(RuntimeError):
+        names.append(x509.IPAddress(ipaddress.ip_address(host_address())))
+    return names
+
+
+def host_address() -> str:
+    """This machine's first global unicast IPv4 address, for operator replicas that advertise themselves:
+    the sidecar refuses a reportTo on loopback (lockstep.core.wire.replica_host), as it would in a pod,
+    so the replica tests bind every address and advertise this one."""
+    import json
+    import subprocess
+
+    try:
+        links = json.loads(subprocess.run(["ip", "-j", "-4", "addr", "show", "scope", "global"], check=True,
+                                          capture_output=True, text=True).stdout)
+    except (OSError, subprocess.CalledProcessError, ValueError) as error:
+        raise RuntimeError(f"cannot list this machine's addresses with `ip` (iproute2): {error}") from error
+    for link in links:
+        for info in link.get("addr_info") or []:
+            address = ipaddress.ip_address(info.get("local", "0.0.0.0"))
+            if not (address.is_loopback or address.is_link_local or address.is_unspecified):
+                return str(address)
+    raise RuntimeError("the replica tests need a non-loopback IPv4 address on this machine (ip -4 addr)")
 
 # ---------------------------------------------------------------- serving ASGI apps on a fixed port
 
@@ -92,8 +121,7 @@ def make_certificates(folder: Path) -> Certificates:
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "lockstep-operator")]))
             .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
             .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                                                        x509.DNSName("localhost")]), critical=False)
+            .add_extension(x509.SubjectAlternativeName(test_server_names()), critical=False)
             .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
             .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
             .sign(ca_key, hashes.SHA256()))

@@ -29,6 +29,7 @@ class RecordingApi:
     def __init__(self) -> None:
         self.pod = copy.deepcopy(POD)
         self.writes: list[str] = []
+        self.reads = 0
 
     async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         if path.endswith("/p1/status"):
@@ -36,6 +37,11 @@ class RecordingApi:
             self.writes.append(body["status"]["conditions"][-1]["reason"])
             return copy.deepcopy(self.pod)
         return {}
+
+    async def get(self, path: str) -> dict[str, Any]:
+        assert path.endswith("/pods/p1"), path
+        self.reads += 1
+        return copy.deepcopy(self.pod)
 
     @staticmethod
     def pod_status_path(namespace: str, name: str) -> str:

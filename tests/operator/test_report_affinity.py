@@ -30,6 +30,8 @@ from lockstep_testing.kmock_support import (
     wait_for,
 )
 
+from lockstep_testing.loopback import host_address
+
 from lockstep.core import Interface
 from lockstep.core.report import Observation
 from lockstep.operator.peering import owner
@@ -85,7 +87,7 @@ async def test_the_sidecar_reports_straight_to_the_owner_and_through_the_service
     async def record(request: httpx2.Request) -> None:
         sent_to.append(f"{request.url.host}:{request.url.port}")
 
-    common = {"peering_name": PEERING, "advertise_address": "127.0.0.1", "operator_ca_path": str(tls_files.cert)}
+    common = {"peering_name": PEERING, "advertise_address": host_address(), "report_host": "0.0.0.0", "operator_ca_path": str(tls_files.cert)}
     async with run_operator(kmock, operator_config(tls_files, peering_priority=LOW, **common)) as low, \
             run_operator(kmock, operator_config(tls_files, peering_priority=HIGH, **common)) as high, \
             httpx2.AsyncClient(verify=tls_files.client_context(), event_hooks={"request": [record]}) as client:
@@ -101,11 +103,11 @@ async def test_the_sidecar_reports_straight_to_the_owner_and_through_the_service
 
         assert await _deliver(reporter) == 202
         assert relay.relayed == 1
-        assert reporter.report_to == f"127.0.0.1:{low.report_port}"  # the owner named itself
+        assert reporter.report_to == f"{host_address()}:{low.report_port}"  # the owner named itself
         for _ in range(3):
             assert await _deliver(reporter) == 202
         assert relay.relayed == 1  # none of them took the second hop
-        assert sent_to == [f"{SERVICE_NAME}:{high.report_port}"] + [f"127.0.0.1:{low.report_port}"] * 3
+        assert sent_to == [f"{SERVICE_NAME}:{high.report_port}"] + [f"{host_address()}:{low.report_port}"] * 3
         assert verdict_of(kmock, "p1") == ("True", "Verified")
 
         # The owner forgets the definitions (as after its restart): its 428 and the full report that answers
@@ -113,7 +115,7 @@ async def test_the_sidecar_reports_straight_to_the_owner_and_through_the_service
         low.operator.reconciler._held.clear()  # type: ignore[union-attr]
         del sent_to[:]
         assert await _deliver(reporter) == 202
-        assert sent_to == [f"127.0.0.1:{low.report_port}"] * 2
+        assert sent_to == [f"{host_address()}:{low.report_port}"] * 2
         assert relay.relayed == 1
 
         # The owner goes away (a rolling update): the report meant for it goes through the Service at once,
@@ -125,7 +127,7 @@ async def test_the_sidecar_reports_straight_to_the_owner_and_through_the_service
         del sent_to[:]
         assert await _deliver(reporter) == 202
         # (Twice through the Service: the new owner asks for the definitions, 428, as after any hand-over.)
-        assert sent_to == [f"127.0.0.1:{low.report_port}"] + [f"{SERVICE_NAME}:{high.report_port}"] * 2
+        assert sent_to == [f"{host_address()}:{low.report_port}"] + [f"{SERVICE_NAME}:{high.report_port}"] * 2
         assert reporter.report_to is None
         assert (NAMESPACE, "p1") in high_reconciler.tracks
 

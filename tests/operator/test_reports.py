@@ -18,6 +18,7 @@ from lockstep_testing.kmock_support import (
     TlsFiles,
     TokenBook,
     create_objects,
+    jwt_shaped,
     make_pod,
     make_resource,
     metrics_text,
@@ -206,13 +207,18 @@ async def test_a_flood_of_unknown_tokens_costs_a_bounded_number_of_token_reviews
     config = operator_config(tls_files, source_rate=5.0, source_burst=10)
     async with run_operator(kmock, config) as operator:
         await _scene(kmock, operator)
-        flood = [_sidecar(operator, tls_files, secrets.token_hex(16)) for _ in range(200)]
+        # Anything that is not in a service-account token's form costs no TokenReview at all.
+        junk = [_sidecar(operator, tls_files, secrets.token_hex(16)) for _ in range(50)]
+        answers = await asyncio.gather(*(sidecar.post(_report()) for sidecar in junk))
+        assert {(status, answer["reason"]) for status, answer in answers} == {(401, "Unauthenticated")}
+        assert tokens.reviews == 0
+        flood = [_sidecar(operator, tls_files, jwt_shaped({"random": secrets.token_hex(16)})) for _ in range(200)]
         answers = await asyncio.gather(*(sidecar.post(_report()) for sidecar in flood))
         reasons = {answer["reason"] for _, answer in answers}
         assert reasons <= {"Unauthenticated", "RateLimited"} and "RateLimited" in reasons
         assert tokens.reviews <= 12  # the burst, and a refill or two while the flood lasted
         before = tokens.reviews
-        same = _sidecar(operator, tls_files, "not-a-token")
+        same = _sidecar(operator, tls_files, jwt_shaped({"not": "a token the API server issued"}))
         for _ in range(3):
             await asyncio.sleep(0.25)  # the source bucket refills
             assert (await same.post(_report()))[0] in (401, 429)

@@ -361,6 +361,11 @@ parses these arguments with the operator's own click command.
   valueFrom:
     fieldRef:
       fieldPath: metadata.name
+# Its own namespace: never injected, and the home of the peering object when watchNamespaces is set.
+- name: LOCKSTEP_OWN_NAMESPACE
+  valueFrom:
+    fieldRef:
+      fieldPath: metadata.namespace
 {{- if .Values.operator.peering.enabled }}
 # Published in the peering object: a standby relays the reports it gets to the leader's address.
 - name: LOCKSTEP_POD_IP
