@@ -53,14 +53,23 @@ def test_namespaced_rbac_binds_namespaced_rules_only_in_the_watched_namespaces(r
     objects = render(NAMESPACED)
     cluster_role = one(objects, "ClusterRole", "demo-lockstep-operator-cluster")
     namespaced_role = one(objects, "ClusterRole", "demo-lockstep-operator")
+    peering_role = one(objects, "Role", "demo-lockstep-peering")
     expected = {c for c in code_calls if c.resource != "clusterkopfpeerings"} | KOPF_SCANNING | KOPF_NAMESPACES \
         | kopf_peering("kopfpeerings")
-    assert granted(cluster_role["rules"]) | granted(namespaced_role["rules"]) == expected
+    assert granted(cluster_role["rules"]) | granted(namespaced_role["rules"]) | granted(peering_role["rules"]) \
+        == expected
+    # The peering object lives in the release's own namespace, never in a tenant's (issue 25): whoever can
+    # patch it decides which replica owns what. Its Role names that one object.
+    assert peering_role["metadata"]["namespace"] == NAMESPACE
+    assert {ApiCall("kopf.dev", "kopfpeerings", "patch")} == granted(peering_role["rules"])
+    assert [rule.get("resourceNames") for rule in peering_role["rules"]] == [["demo-lockstep"]]
+    assert not any(rule["resources"] == ["kopfpeerings"] for rule in namespaced_role["rules"])
     bindings = find(objects, "RoleBinding")
-    assert {b["metadata"]["namespace"] for b in bindings} == {"agents", "tools"}
-    assert {b["roleRef"]["name"] for b in bindings} == {"demo-lockstep-operator"}
+    assert {(b["metadata"]["namespace"], b["roleRef"]["name"]) for b in bindings} == {
+        ("agents", "demo-lockstep-operator"), ("tools", "demo-lockstep-operator"),
+        (NAMESPACE, "demo-lockstep-peering")}
     assert [b["roleRef"]["name"] for b in find(objects, "ClusterRoleBinding")] == ["demo-lockstep-operator-cluster"]
-    assert {p["metadata"]["namespace"] for p in find(objects, "KopfPeering")} == {"agents", "tools"}
+    assert {p["metadata"]["namespace"] for p in find(objects, "KopfPeering")} == {NAMESPACE}
 
 
 def test_without_peering_no_peering_rights_or_objects(render: Render, code_calls: set[ApiCall]) -> None:
