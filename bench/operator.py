@@ -66,6 +66,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from lockstep_testing.kmock_support import Emulator, TokenBook, declare_resources, make_tls_files
+from lockstep_testing.loopback import host_address
 
 from lockstep.core import Interface
 from lockstep.core.report import Freshness, Observation
@@ -182,7 +183,8 @@ async def operator_process(kubeconfig: Path, folder: Path, report_port: int, met
                "--rate-per-pod", "100", "--rate-burst", "100",
                "--source-rate", "0"]  # the whole load comes from one address: no per-source limit
     if peering:  # one of several replicas: each owns some resources and relays the others' reports
-        command += ["--peering", peering, "--advertise-address", "127.0.0.1", "--operator-ca", str(tls.cert)]
+        # The advertised address must be a unicast pod address (never loopback): this machine's own.
+        command += ["--peering", peering, "--advertise-address", host_address(), "--operator-ca", str(tls.cert)]
     log_path = Path(os.environ.get("LOCKSTEP_BENCH_LOG", folder / "operator.log"))
     log_path = log_path.with_name(f"{log_path.stem}-{index}{log_path.suffix}") if index else log_path
     # Started once per run, before any load: blocking calls here do not skew the figures.

@@ -25,6 +25,9 @@ class Reason(str, enum.Enum):
     CONFLICT = "Conflict"
     #: Isolate and Quarantine: the MCP server answers on the pod's IP, past the in-line proxy.
     SERVER_EXPOSED = "ServerExposed"
+    #: The pod's spec lets a container reach the sidecar's token (admitted while the webhook was off, or never
+    #: through it): it is never verified, whatever it reports.
+    POD_OUTSIDE_POLICY = "PodOutsidePolicy"
 
 
 #: Reasons of a pod held out because it serves an interface that is not approved.

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from lockstep.operator.admission_policy import pod_violations
 from lockstep.operator.judge import Policy
 
 from lockstep.core.conditions import CONDITION_TYPE
@@ -37,6 +38,8 @@ class PodRecord:
     deleting: bool = False
     #: Container ports by name (every container's): how a Service's named targetPort resolves in this pod.
     ports: dict[str, int] = field(default_factory=dict)
+    #: What in the pod's spec breaks Lockstep's admission rules (empty: nothing): such a pod is never verified.
+    outside_policy: tuple[str, ...] = ()
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> PodRecord:
@@ -52,6 +55,7 @@ class PodRecord:
             resource_version=str(metadata.get("resourceVersion") or ""),
             deleting=bool(metadata.get("deletionTimestamp")),
             ports=_named_ports(body.get("spec") or {}),
+            outside_policy=tuple(pod_violations(body)) if body.get("spec") else (),
         )
 
     @property

@@ -38,6 +38,7 @@ __all__ = [
     "Verdict",
     "judge",
     "judge_conflict",
+    "judge_outside_policy",
     "judge_stale",
     "observed_revision",
     "short_digest",
@@ -71,7 +72,8 @@ _STATE_OF_REASON = {
     Reason.CONFLICT: PodState.CONFLICT,
     Reason.AUDIT: PodState.AUDIT,
     Reason.QUARANTINED: PodState.QUARANTINED,
-    Reason.SERVER_EXPOSED: PodState.INVALID,  # a deployment that lets agents past the proxy
+    Reason.SERVER_EXPOSED: PodState.INVALID,
+    Reason.POD_OUTSIDE_POLICY: PodState.INVALID,  # a pod spec that could hand the sidecar's token to another container  # a deployment that lets agents past the proxy
 }
 
 
@@ -292,6 +294,13 @@ def judge_conflict(resources: Sequence[str]) -> Verdict:
     names = ", ".join(sorted(resources))
     return Verdict("False", Reason.CONFLICT, f"selected by more than one MCPServerInterface: {names}",
                    PodState.CONFLICT)
+
+
+def judge_outside_policy(policy: Policy, problems: Sequence[str]) -> Verdict:
+    """The pod's spec breaks Lockstep's admission rules (lockstep.operator.admission_policy): whatever its
+    reports say, someone else may hold its sidecar's token."""
+    return _enforce(policy, Reason.POD_OUTSIDE_POLICY,
+                    f"the pod's spec lets another container reach the sidecar's token: {'; '.join(problems)}")
 
 
 def _enforce(policy: Policy, reason: Reason, message: str, revision: Revision | None = None,

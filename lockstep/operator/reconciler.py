@@ -39,6 +39,7 @@ from lockstep.operator.judge import (
     Verdict,
     judge,
     judge_conflict,
+    judge_outside_policy,
     judge_stale,
     short_digest,
 )
@@ -348,6 +349,8 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
                 return None
             if len(resources) > 1:
                 verdict = judge_conflict([record.policy.name for record in resources])
+            elif pod.outside_policy:
+                verdict = judge_outside_policy(resources[0].policy, pod.outside_policy)
             elif track.stale:
                 verdict = judge_stale(resources[0].policy, time.monotonic() - track.received_at)
             elif track.observation is None:

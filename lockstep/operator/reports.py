@@ -15,7 +15,6 @@ import ssl
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from collections.abc import Callable
 from typing import Any
 
 from aiohttp import web
@@ -29,6 +28,7 @@ from lockstep.operator.peering import Membership
 from lockstep.operator.conditions import VerdictNotWritten
 from lockstep.operator.reconciler import DefinitionsRequired, Reconciler
 from lockstep.operator.relay import RELAYED_FOR_HEADER, RelayFailed, ReportRelay
+from lockstep.operator.report_limits import ConnectionLimit, RateLimiter, token_shaped
 
 from lockstep.core.errors import InterfaceError
 from lockstep.core.model import loads_strict
@@ -45,13 +45,14 @@ POD_NAME_CLAIM = "authentication.kubernetes.io/pod-name"
 POD_UID_CLAIM = "authentication.kubernetes.io/pod-uid"
 SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
 TOKEN_CACHE_SIZE = 50_000
-PRUNE_AT = 10_000
 #: TokenReviews in flight at once; a report that cannot get a place within the wait is answered 503.
 MAX_CONCURRENT_REVIEWS = 16
 REVIEW_QUEUE_WAIT = 2.0
 #: A token the API server refused is refused again without asking for this long (bounded cache).
 NEGATIVE_TTL = 30.0
 NEGATIVE_CACHE_SIZE = 20_000
+#: Refusals answered before the body is read (or after a read that was cut off): the connection is closed.
+CLOSE_AFTER = frozenset({401, 408, 413})
 #: Encoded answers kept (ReportServer._accepted).
 ANSWER_CACHE_SIZE = 1024
 
@@ -167,79 +168,6 @@ def _identity(status: dict[str, Any]) -> Identity:
         raise ReportRejected(401, "Unauthenticated", "the token is not bound to a pod")
     namespace = username[len(SERVICE_ACCOUNT_PREFIX):].split(":", 1)[0]
     return Identity(namespace, str(names[0]), str(uids[0]))
-
-
-class RateLimiter:
-    """A token bucket per pod uid."""
-
-    def __init__(self, rate: float, burst: int) -> None:
-        self._rate, self._burst = rate, float(burst)
-        self._buckets: dict[str, tuple[float, float]] = {}
-        self._next_prune = PRUNE_AT
-
-    def admit(self, key: str) -> float:
-        """0 when admitted, else the seconds to wait."""
-        now = time.monotonic()
-        if len(self._buckets) > self._next_prune:
-            self._prune(now)
-        tokens, last = self._buckets.get(key, (self._burst, now))
-        tokens = min(self._burst, tokens + (now - last) * self._rate)
-        if tokens >= 1.0:
-            self._buckets[key] = (tokens - 1.0, now)
-            return 0.0
-        self._buckets[key] = (tokens, now)
-        return (1.0 - tokens) / self._rate if self._rate > 0 else 60.0
-
-    def _prune(self, now: float) -> None:
-        """Drop the buckets that have refilled (pods gone or quiet): they would start full anyway."""
-        refill = self._burst / self._rate if self._rate > 0 else 0.0
-        self._buckets = {key: (tokens, last) for key, (tokens, last) in self._buckets.items()
-                         if now - last < refill}
-        self._next_prune = max(PRUNE_AT, 2 * len(self._buckets))
-
-
-class ConnectionLimit:
-    """At most ``per_source`` open connections from one address (before anything is read: a caller
-    that opens connections and holds them, idle or with a slow request, is cut off at the limit).
-    Installed on aiohttp's ``web.Server``, whose connection_made/connection_lost every connection goes
-    through; the other replicas' addresses are exempt."""
-
-    def __init__(self, per_source: int, exempt: Callable[[], frozenset[str]] = frozenset) -> None:
-        self.per_source = per_source
-        self._exempt = exempt
-        self._open: dict[str, int] = {}
-        self._source_of: dict[int, str] = {}
-        self.refused = 0
-
-    def install(self, server: web.Server) -> None:
-        made, lost = server.connection_made, server.connection_lost
-
-        def connection_made(handler: Any, transport: asyncio.Transport) -> None:
-            made(handler, transport)
-            peer = transport.get_extra_info("peername")
-            source = str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
-            if self.per_source and source not in self._exempt() and self._open.get(source, 0) >= self.per_source:
-                self.refused += 1
-                transport.close()
-                return
-            self._open[source] = self._open.get(source, 0) + 1
-            self._source_of[id(handler)] = source
-
-        def connection_lost(handler: Any, exc: BaseException | None = None) -> None:
-            source = self._source_of.pop(id(handler), None)
-            if source is not None:
-                left = self._open.get(source, 1) - 1
-                if left > 0:
-                    self._open[source] = left
-                else:
-                    self._open.pop(source, None)
-            lost(handler, exc)
-
-        server.connection_made = connection_made  # type: ignore[method-assign]
-        server.connection_lost = connection_lost  # type: ignore[method-assign]
-
-    def open_from(self, source: str) -> int:
-        return self._open.get(source, 0)
 
 
 class ReportServer:
@@ -380,8 +308,11 @@ class ReportServer:
     def _rejected(self, rejection: ReportRejected) -> web.Response:
         self.metrics.reports_rejected.labels(rejection.reason).inc()
         headers = {"Retry-After": str(max(1, round(rejection.retry_after)))} if rejection.retry_after else None
-        return web.json_response({"reason": rejection.reason, "message": str(rejection)},
-                                 status=rejection.status, headers=headers)
+        response = web.json_response({"reason": rejection.reason, "message": str(rejection)},
+                                     status=rejection.status, headers=headers)
+        if rejection.status in CLOSE_AFTER:
+            response.force_close()  # the body it declared is never read: the connection ends with the answer
+        return response
 
     async def _pass_on(self, request: web.Request, endpoint: str | None) -> web.Response:
         """A report for a pod another replica owns goes to that replica, once."""
@@ -417,7 +348,7 @@ class ReportServer:
         if length is not None and length > self.config.body_limit:
             raise ReportRejected(413, "TooLarge", f"the report is larger than {self.config.body_limit} bytes")
         token = _bearer(request)
-        if not self.reviewer.known(token) and not _token_shaped(token):
+        if not self.reviewer.known(token) and not token_shaped(token):
             raise ReportRejected(401, "Unauthenticated", "the bearer token is not a service-account token")
         if self.sources is not None and not self.reviewer.known(token):
             wait = self.sources.admit(self._source(request))
@@ -470,17 +401,6 @@ def _not_serving() -> web.Response:
                                  status=503, headers={"Retry-After": "1"})
     response.force_close()  # the retry opens a new connection, which the Service may send to another replica
     return response
-
-
-#: A service-account token is a JWS in compact form: three base64url parts. Anything else, or longer, is
-#: refused without a TokenReview.
-MAX_TOKEN_LENGTH = 16 * 1024
-_TOKEN_CHARACTERS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.")
-
-
-def _token_shaped(token: str) -> bool:
-    parts = token.split(".")
-    return len(token) <= MAX_TOKEN_LENGTH and len(parts) == 3 and all(parts) and set(token) <= _TOKEN_CHARACTERS
 
 
 def _bearer(request: web.Request) -> str:

@@ -38,7 +38,7 @@ from lockstep_testing.lockstep_install import (
     loopback_webhooks,
     render_chart,
 )
-from lockstep_testing.loopback import Certificates, make_certificates
+from lockstep_testing.loopback import Certificates, host_address, make_certificates
 
 __all__ = ["FIGURES", "OperatorProcess", "ProcessInstallation", "ReportRelay", "install_lockstep_processes"]
 
@@ -127,7 +127,7 @@ class ProcessInstallation:
                 "--report-url", f"https://127.0.0.1:{self.relay_port}", "--operator-ca", str(self.ca_file),
                 "--token-expiration", "900", "--own-namespace", SYSTEM_NAMESPACE]
         if self.peering:  # and the address a standby relays reports to (the chart passes the pod IP)
-            argv += ["--peering", RELEASE, "--advertise-address", "127.0.0.1"]
+            argv += ["--peering", RELEASE, "--advertise-address", host_address()]
         env = {key: value for key, value in os.environ.items() if not key.startswith("LOCKSTEP_")}
         env.update(KUBECONFIG=str(self.kubeconfig), PYTHONUNBUFFERED="1")
         with log.open("ab") as out:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from lockstep.operator.reports import RateLimiter
+from lockstep.operator.report_limits import RateLimiter
 
 
 def test_burst_then_wait() -> None:

@@ -168,6 +168,23 @@ async def test_a_stamp_the_api_will_not_take_does_not_hold_back_the_false(
         assert seen == [True, False]
 
 
+async def test_a_pod_admitted_past_the_rules_is_never_verified(
+        kmock: Emulator, tokens: TokenBook, tls_files: TlsFiles) -> None:
+    """F5: a pod with hostPID (admitted while the webhook was off, or in a namespace it does not cover)
+    reports the approved interface: it stays False, PodOutsidePolicy, since another container may hold
+    its sidecar's token; the same report from a clean pod is Verified."""
+    hostile = make_pod("p1")
+    hostile["spec"] = {"hostPID": True, "containers": [{"name": "app", "image": "app:1"}]}
+    await create_objects(kmock, make_resource([GOOD]), hostile, make_pod("p2"))
+    async with run_operator(kmock, operator_config(tls_files)) as operator:
+        status, answer = await sidecar_for(operator, tokens, tls_files, "p1").post(_report(GOOD))
+        assert (status, answer["verdict"]["reason"]) == (202, "PodOutsidePolicy")
+        assert "hostPID" in answer["verdict"]["message"]
+        assert verdict_of(kmock, "p1") == ("False", "PodOutsidePolicy")
+        assert (await sidecar_for(operator, tokens, tls_files, "p2").post(_report(GOOD)))[1]["verdict"]["reason"] \
+            == "Verified"
+
+
 # ---------------------------------------------------------------- stamps Lockstep did not write
 
 async def test_a_stamp_from_the_future_neither_locks_out_the_sidecar_nor_blocks_a_false(
