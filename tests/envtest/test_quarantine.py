@@ -1,10 +1,12 @@
 """Enforcement Quarantine on a real control plane: the sidecar runs as the in-line proxy, a server that
 shows the probe a clean face gets no poisoned component to an agent, the withheld component reaches the
-resource's status and Events, a Service that targets the server's port directly is reported, and the
-EndpointSlice controller resolves the proxy's named port lockstep-mcp on the native sidecar.
+resource's status and Events, a Service that targets the server's port directly is reported (one on
+another port of the pods is not), and the EndpointSlice controller resolves the proxy's named port
+lockstep-mcp on the native sidecar.
 
-The kubelet stand-in runs every pod's processes on the host's loopback, so the agent reaches the proxy
-at 127.0.0.1 on the port the resource names.
+The kubelet stand-in runs every pod's processes on the host's loopback, each pod's proxy on a free port of
+its own (``RunningPod.proxy_port``; the pod's spec keeps the port the resource names), so the agent reaches
+the proxy at 127.0.0.1 on that port.
 """
 
 from __future__ import annotations
@@ -58,21 +60,25 @@ async def test_the_proxy_keeps_a_split_view_server_from_poisoning_agents(
     plane, proxy_port = control_plane, free_port()
     await pin(plane, namespace, split_view, enforcement="Quarantine", proxy={"port": proxy_port})
     apply(plane, service(namespace, "weather", "lockstep-mcp"))  # through the proxy
-    apply(plane, service(namespace, "weather-direct", 8080))  # past it
+    # Past it: the MCP endpoint's port (spec.endpoint.port; the stand-in's server listens on it). A Service
+    # on another port of the pods (metrics) is no bypass (issue 28).
+    apply(plane, service(namespace, "weather-direct", split_view.port))
+    apply(plane, service(namespace, "weather-metrics", 9090))
 
     created = apply(plane, weather_pod(namespace, "weather-0"))
     [sidecar] = [c for c in created["spec"]["initContainers"] if c["name"] == "lockstep-sidecar"]
     assert {"name": "lockstep-mcp", "containerPort": proxy_port, "protocol": "TCP"} in sidecar["ports"]
     assert {"name": "LOCKSTEP_PROXY_PORT", "value": str(proxy_port)} in sidecar["env"]
 
-    await kubelet.start_pod(namespace, "weather-0", {"server": None}, mcp_port=split_view.port)
+    running = await kubelet.start_pod(namespace, "weather-0", {"server": None}, mcp_port=split_view.port)
     await eventually(lambda: condition(pod_of(plane, namespace, "weather-0"), GATE) == "True", 30, "verified")
     # The EndpointSlice controller resolved the named port on the native sidecar: the Service reaches the proxy.
     await eventually(lambda: slice_ports(plane, namespace, "weather") == [proxy_port], 30, "the proxy's port")
 
     direct = await agent_read(split_view.url, client_name="claude-code")
     assert "<IMPORTANT>" in direct.raw  # what the probe never sees
-    seen = await agent_read(f"http://127.0.0.1:{proxy_port}/mcp", client_name="claude-code", call="get_alerts")
+    seen = await agent_read(f"http://127.0.0.1:{running.proxy_port}/mcp", client_name="claude-code",
+                            call="get_alerts")
     assert [tool.name for tool in seen.tools] == ["get_forecast"] and "<IMPORTANT>" not in seen.raw
     assert seen.call_error is not None and "withheld by lockstep" in seen.call_error.message
     assert split_view.server.tool_calls == []
@@ -83,11 +89,12 @@ async def test_the_proxy_keeps_a_split_view_server_from_poisoning_agents(
     assert (entry["component"], entry["reason"], entry["client"], entry["pod"]) == (
         "tool/get_alerts", "Changed", "claude-code", "weather-0")
     assert events(plane, namespace, "ComponentWithheld")
-    assert status["proxy"]["bypassingServices"] == ["weather-direct:8080"]
+    direct = f"weather-direct:{split_view.port}"
+    assert status["proxy"]["bypassingServices"] == [direct]
     bypassed = next(c for c in status["conditions"] if c["type"] == "ProxyBypassed")
-    assert bypassed["status"] == "True" and "weather-direct:8080" in bypassed["message"]
+    assert bypassed["status"] == "True" and direct in bypassed["message"]
     [warning] = events(plane, namespace, "ServiceBypassesProxy")
-    assert "weather-direct:8080" in warning["message"]
+    assert direct in warning["message"]
 
 
 async def test_a_drifted_pod_keeps_serving_the_approved_subset(
@@ -97,14 +104,14 @@ async def test_a_drifted_pod_keeps_serving_the_approved_subset(
     async with handle.serving():
         await pin(plane, namespace, handle, enforcement="Quarantine", proxy={"port": proxy_port})
         apply(plane, weather_pod(namespace, "weather-0"))
-        await kubelet.start_pod(namespace, "weather-0", {"server": None}, mcp_port=handle.port)
+        running = await kubelet.start_pod(namespace, "weather-0", {"server": None}, mcp_port=handle.port)
         await eventually(lambda: condition(pod_of(plane, namespace, "weather-0"), GATE) == "True", 30, "verified")
 
         handle.server.update_tool("get_alerts", description=POISON)  # a rug pull the probe sees too
         assert await handle.server.notify("tools") >= 1
         pod = await eventually(lambda: _reason(pod_of(plane, namespace, "weather-0")) == "Quarantined"
                                and pod_of(plane, namespace, "weather-0"), 30, "quarantined")
-        seen = await agent_read(f"http://127.0.0.1:{proxy_port}/mcp", client_name="cursor")
+        seen = await agent_read(f"http://127.0.0.1:{running.proxy_port}/mcp", client_name="cursor")
     assert condition(pod, GATE) == "True" and condition(pod, "Ready") == "True"  # still in its Services
     assert [tool.name for tool in seen.tools] == ["get_forecast"] and "<IMPORTANT>" not in seen.raw
     status = await eventually(lambda: interface(plane, namespace)["status"]["pods"].get("quarantined") == 1

@@ -39,7 +39,8 @@ async def pin(plane: ControlPlane, namespace: str, mcp: McpServerHandle, **spec:
 
 def weather_service(namespace: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "weather", "namespace": namespace},
-            "spec": {"selector": {"app": "weather"}, "ports": [{"name": "mcp", "port": 80, "targetPort": 8080}]}}
+            "spec": {"selector": {"app": "weather"},
+                     "ports": [{"name": "mcp", "port": 80, "targetPort": "lockstep-mcp"}]}}
 
 
 def weather_pod(namespace: str, name: str) -> dict[str, Any]:

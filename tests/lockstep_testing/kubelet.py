@@ -6,7 +6,9 @@ It plays the kubelet's part and no other; each step names the Kubernetes rule it
 * a pod IP and container statuses in ``status``;
 * the pod's processes run as local processes: the MCP server as the caller says, and the injected
   Lockstep sidecar as ``lockstep sidecar`` with the environment of its container spec and a token from
-  the TokenRequest API bound to the pod with the audience of its projected volume;
+  the TokenRequest API bound to the pod with the audience of its projected volume (the pods share the
+  host's loopback: the sidecar's own port and its in-line proxy's port are free ports per pod,
+  ``RunningPod.sidecar_port`` and ``RunningPod.proxy_port``);
 * ``Ready`` computed as the kubelet does: every container ready AND every readiness gate's condition True
   (kubelet's status manager, ``GeneratePodReadyCondition``);
 * the final delete of a terminating pod (``gracePeriodSeconds: 0``) once its processes are stopped.
@@ -61,6 +63,9 @@ class RunningPod:
     #: Containers whose process the caller runs itself (an MCP server inside the test), with liveness.
     external: dict[str, bool] = field(default_factory=dict)
     sidecar_port: int | None = None
+    #: Where the sidecar's in-line proxy (container port ``lockstep-mcp``, enforcement Isolate and Quarantine)
+    #: really listens here: a free port per pod, as the pods share the host's loopback (None: no proxy).
+    proxy_port: int | None = None
 
     def alive(self, container: str) -> bool:
         if container in self.external:
@@ -200,6 +205,10 @@ class Kubelet:
         env["LOCKSTEP_SIDECAR_PORT"] = str(running.sidecar_port)
         if mcp_port is not None:
             env["LOCKSTEP_MCP_PORT"] = str(mcp_port)
+        if env.get("LOCKSTEP_PROXY_PORT"):
+            # Every proxied pod's spec says the same port (8090 by default): one per pod here, on a free one.
+            running.proxy_port = free_port()
+            env["LOCKSTEP_PROXY_PORT"] = str(running.proxy_port)
         argv = [sys.executable, "-m", "lockstep.cli", "sidecar"]
         running.processes[SIDECAR] = await self._spawn(running, SIDECAR, argv, env)
 
