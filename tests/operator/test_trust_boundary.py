@@ -394,3 +394,34 @@ def test_every_reason_counts_as_a_pod_state() -> None:
     assert state_of(Reason.AUDIT) is PodState.AUDIT
     for reason in Reason:
         assert isinstance(state_of(reason), PodState)
+
+
+async def test_an_interface_too_large_for_the_operator_is_reported_invalid(
+        kmock: Emulator, tokens: TokenBook, tls_files: TlsFiles, tmp_path: Any) -> None:
+    """F11: a hostile server grows its drifted interface past the operator's body limit. The sidecar's
+    reporter (the real one) gets 413 and reports the interface at once as invalid: the pod is not left
+    verified for staleAfter."""
+    import httpx2
+
+    from lockstep.core.model import Interface
+    from lockstep.core.report import Observation
+    from lockstep.sidecar.metrics import SidecarMetrics
+    from lockstep.sidecar.reporter import Reporter
+
+    await create_objects(kmock, make_resource([GOOD]), make_pod("p1"))
+    async with run_operator(kmock, operator_config(tls_files, body_limit=16_384)) as operator, \
+            httpx2.AsyncClient(verify=tls_files.client_context()) as client:
+        token = tmp_path / "token"
+        token.write_text(tokens.issue(NAMESPACE, "p1", "uid-p1"))
+        reporter = Reporter(f"https://127.0.0.1:{operator.report_port}/v1/reports", token, client, SidecarMetrics())
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        await reporter._deliver(Observation.of_interface(Interface.from_document(GOOD), now))
+        assert verdict_of(kmock, "p1") == ("True", "Verified")
+        huge = {"tools": [*TOOLS, *({"name": f"t{i}", "description": POISON * 4, "inputSchema": {"type": "object"}}
+                                    for i in range(200))]}
+        await reporter._deliver(Observation.of_interface(Interface.from_document(huge), now))
+        assert reporter.last_delivery is not None and reporter.last_delivery.status == 202
+        assert verdict_of(kmock, "p1") == ("False", "InterfaceInvalid")
+        pod = pod_of(kmock, "p1")
+        message = next(c for c in pod["status"]["conditions"] if c["type"] == "lockstep.dev/interface-verified")
+        assert "too large to report" in message["message"]
