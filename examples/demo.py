@@ -4,7 +4,9 @@
 
 The real operator (kopf, report endpoint, admission webhooks), the example MCP server
 (examples/weather_server.py) and the real sidecar run as they do in a cluster; a pod is admitted
-through the mutating webhook; the demo plays the kubelet's part only. The API server is a real
+through the mutating webhook; the demo plays the kubelet's part only. An agent (the ``mcp`` SDK's client)
+holds one session through the sidecar's in-line proxy across the rug pull, and the demo fails if it
+ever receives the poisoned description. The API server is a real
 control plane (kube-apiserver + etcd + kube-controller-manager) when KUBEBUILDER_ASSETS names them,
 and the kmock emulation otherwise; the first line says which. It exits non-zero if any step does not
 happen as narrated.
@@ -19,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import copy
+import json
 import os
 import signal
 import subprocess
@@ -37,6 +40,10 @@ from lockstep_testing.control_plane import assets_folder, free_port
 
 NAMESPACE = "agents"
 GATE = "lockstep.dev/interface-verified"
+#: What only the rug-pulled get_forecast carries (examples/weather_server.py, POISONED_DESCRIPTION).
+POISON_MARKER = "<IMPORTANT>"
+#: The agent lists tools on every tools/list_changed and at least this often (seconds).
+AGENT_INTERVAL = 0.5
 LOCKSTEP = [sys.executable, "-m", "lockstep.cli"]
 STEP_TIMEOUT = 60.0
 
@@ -139,7 +146,9 @@ class RealBackend:
         apply(self.plane, {"apiVersion": "v1", "kind": "Namespace",
                            "metadata": {"name": NAMESPACE, "labels": {"lockstep.dev/inject": "enabled"}}})
         apply(self.plane, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "weather", "namespace": NAMESPACE},
-                           "spec": {"selector": {"app": "weather"}, "ports": [{"port": 80, "targetPort": 8080}]}})
+                           "spec": {"selector": {"app": "weather"},
+                                    # Isolate: agents reach the pod through the sidecar's in-line proxy only
+                                    "ports": [{"port": 80, "targetPort": "lockstep-mcp"}]}})
         await narrator.until("namespace agents ready (its default ServiceAccount)", self._has_account)
 
     def _has_account(self) -> bool:
@@ -191,6 +200,12 @@ class RealBackend:
     def service_note(self) -> str:
         return "the EndpointSlice controller"
 
+    @property
+    def proxy_port(self) -> int | None:
+        """Where the pod's in-line proxy listens here (the kubelet stand-in gives each pod a free port: the
+        pods share the host's loopback, and 8090 may be taken on this machine)."""
+        return self.running.proxy_port
+
     def events(self, name: str) -> list[dict[str, Any]]:
         items = self.plane.call("GET", f"/api/v1/namespaces/{NAMESPACE}/events")["items"]
         return [event for event in items if event["involvedObject"].get("name") == name]
@@ -208,6 +223,7 @@ class EmulatedBackend:
         self.folder = folder
         self.stack = contextlib.AsyncExitStack()
         self.processes: list[asyncio.subprocess.Process] = []
+        self.proxy_port: int | None = None
 
     def describe(self) -> str:
         return "the kmock emulation of the Kubernetes API (set KUBEBUILDER_ASSETS for a real control plane)"
@@ -262,6 +278,9 @@ class EmulatedBackend:
                **{item["name"]: item.get("value", "") for item in sidecar["env"]},
                "LOCKSTEP_TOKEN_PATH": str(token), "LOCKSTEP_SIDECAR_PORT": str(free_port()),
                "LOCKSTEP_MCP_PORT": str(port)}
+        if env.get("LOCKSTEP_PROXY_PORT"):  # the in-line proxy (lockstep-mcp): 8090 may be taken here
+            self.proxy_port = free_port()
+            env["LOCKSTEP_PROXY_PORT"] = str(self.proxy_port)
         log = (self.folder / "sidecar.log").open("wb")
         self.processes.append(await asyncio.create_subprocess_exec(*LOCKSTEP, "sidecar", env=env, stdout=log,
                                                                    stderr=asyncio.subprocess.STDOUT))
@@ -301,6 +320,143 @@ def _condition(pod: dict[str, Any], type_: str) -> dict[str, Any] | None:
     return None
 
 
+# ---------------------------------------------------------------- the connected agent
+
+
+class ConnectedAgent:
+    """An agent that holds ONE MCP session (the ``mcp`` SDK's client over streamable HTTP) through the pod's
+    in-line proxy (the Service's ``targetPort: lockstep-mcp``; here its port on the host's loopback) and lists
+    tools at once on every ``notifications/tools/list_changed``, and every AGENT_INTERVAL seconds. A rug pull
+    is aimed at exactly such agents: leaving the Service steers only new connections. Every answer is kept
+    with its time, classified: ``clean``, ``POISONED`` (carries the rug pull's marker), ``refused`` (the
+    proxy refused the answer), ``isolated`` (every request refused while the verdict is not True) or
+    ``error``."""
+
+    def __init__(self, url: str, narrator: Narrator) -> None:
+        self.url, self.narrator = url, narrator
+        self.entries: list[tuple[str, str, str]] = []  # (narrator's stamp, kind, what it received)
+        self.session_id: str | None = None
+        self.statuses: list[int] = []
+        self._shown = 0
+        self._changed = asyncio.Event()
+        self._stop = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def count(self, kind: str, since: int = 0) -> int:
+        return sum(1 for _, entry_kind, _ in self.entries[since:] if entry_kind == kind)
+
+    @property
+    def poisoned(self) -> int:
+        return self.count("POISONED")
+
+    async def connect(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="demo-agent")
+        ready = asyncio.ensure_future(self._ready.wait())
+        await asyncio.wait({ready, self._task}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        if not self._ready.is_set():
+            await self.disconnect()
+            raise DemoFailed("the agent could not open a session through the in-line proxy: "
+                             + (self.entries[-1][2] if self.entries else "no answer within 30s"))
+
+    async def disconnect(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._task, 15)
+
+    def _record(self, kind: str, text: str) -> None:
+        self.entries.append((self.narrator.stamp(), kind, text))
+
+    async def _on_response(self, response: Any) -> None:
+        if response.request.method == "POST":
+            self.statuses.append(response.status_code)
+            self.session_id = self.session_id or response.headers.get("mcp-session-id")
+
+    async def _on_message(self, message: Any) -> None:
+        import mcp.types as types
+
+        if isinstance(getattr(message, "root", message), types.ToolListChangedNotification):
+            self._record("list_changed", "notifications/tools/list_changed (the server announces new tools)")
+            self._changed.set()
+
+    async def _run(self) -> None:
+        import httpx2
+        from mcp import ClientSession
+        from mcp.client.streamable_http import streamable_http_client
+
+        try:
+            async with httpx2.AsyncClient(timeout=httpx2.Timeout(10, read=300), trust_env=False,
+                                          event_hooks={"response": [self._on_response]}) as http, \
+                    streamable_http_client(self.url, http_client=http) as (read, write), \
+                    ClientSession(read, write, message_handler=self._on_message) as session:
+                await session.initialize()
+                await self._list(session)
+                self._ready.set()
+                while not self._stop.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._wait(), AGENT_INTERVAL)
+                    if not self._stop.is_set():
+                        await self._list(session)
+        except Exception as error:  # noqa: BLE001 - narrated, and the demo fails if it matters
+            self._record("error", f"session ended: {error!r:.200}")
+
+    async def _wait(self) -> None:
+        changed, stop = asyncio.ensure_future(self._changed.wait()), asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({changed, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            changed.cancel()
+            stop.cancel()
+        self._changed.clear()
+
+    async def _list(self, session: Any) -> None:
+        from mcp.shared.exceptions import MCPError
+
+        before = len(self.statuses)
+        try:
+            result = await asyncio.wait_for(session.list_tools(), 10)
+        except MCPError as error:
+            status = self.statuses[-1] if len(self.statuses) > before else None
+            http = f"HTTP {status}, " if status else ""
+            kind = "isolated" if "isolated by Lockstep" in error.error.message else "refused"
+            self._record(kind, f"tools/list → refused ({http}{error.error.code}): "
+                               f"{_short(error.error.message, 130)}")
+            return
+        except Exception as error:  # noqa: BLE001
+            self._record("error", f"tools/list → {error!r:.200}")
+            return
+        tools = [tool.model_dump(by_alias=True, exclude_none=True, mode="json") for tool in result.tools]
+        forecast = next((tool for tool in tools if tool["name"] == "get_forecast"), {})
+        poisoned = POISON_MARKER in json.dumps(tools)
+        described = (forecast.get("description") or "").replace("\n", " ")
+        self._record("POISONED" if poisoned else "clean",
+                     f"tools/list → {', '.join(tool['name'] for tool in tools)}; get_forecast: {described!r}")
+
+    def show(self, heading: str) -> None:
+        """Narrate what the agent received since the last call (if anything), runs of the same answer
+        collapsed."""
+        new = self.entries[self._shown:]
+        self._shown = len(self.entries)
+        if not new:
+            return
+        self.narrator.say(heading)
+        index = 0
+        while index < len(new):
+            stamp, kind, text = new[index]
+            run = index + 1
+            while run < len(new) and new[run][1:] == (kind, text):
+                run += 1
+            repeated = f"  (×{run - index}, the last at {new[run - 1][0].strip('[] ')})" if run - index > 1 else ""
+            self.narrator.detail(f"{stamp} {'!! ' if kind == 'POISONED' else ''}{text}{repeated}")
+            index = run
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 1].rstrip() + "…"
+
+
 # ---------------------------------------------------------------- the story
 
 
@@ -334,10 +490,56 @@ async def story(backend: RealBackend | EmulatedBackend, narrator: Narrator, fold
                          lambda: (_condition(backend.pod("weather-0"), GATE) or {}).get("status") == "True")
     await narrator.until(f"the pod is in Service agents/weather ({backend.service_note()})",
                          lambda: backend.in_service("weather-0") is True)
+    if backend.proxy_port is None:
+        raise DemoFailed("the webhook did not run the sidecar's in-line proxy (enforcement Isolate)")
+    agent = ConnectedAgent(f"http://127.0.0.1:{backend.proxy_port}/mcp", narrator)
+    await agent.connect()
+    try:
+        caught_ms = await rug_pull_story(backend, narrator, agent, rug_pull)
+    finally:
+        await agent.disconnect()
+    agent.show("the connected agent, until it hangs up before the review:")
+    if agent.poisoned:
+        raise DemoFailed(f"the connected agent received the poisoned description {agent.poisoned} time(s)")
+    answers = [kind for _, kind, _ in agent.entries if kind not in ("list_changed",)]
+    narrator.say(f"connected agent: {len(answers)} answers on one session, {agent.count('clean')} clean before "
+                 f"the pull, {agent.count('refused')} refused and {agent.count('isolated')} isolated after it, "
+                 f"0 poisoned ✓")
+
+    kube = ["--kubeconfig", str(backend.kubeconfig)]
+    await run_cli(narrator, "diff", "weather", "-n", NAMESPACE, *kube, expect=1)
+    await run_cli(narrator, "approve", "weather", "-n", NAMESPACE, "--apply", *kube, expect=0)
+    await narrator.until("the operator re-judges the pod's last report against the new revision",
+                         lambda: (_condition(backend.pod("weather-0"), GATE) or {}).get("status") == "True")
+    await narrator.until("the pod is back in Service agents/weather", lambda: backend.in_service("weather-0") is True)
+    print(f"""
+Done: pinned → verified and in the Service → rug pull caught in {caught_ms:.0f} ms, pod out of the Service,
+the agent connected through the in-line proxy refused, never poisoned → reviewed with lockstep diff →
+approved with lockstep approve → back in the Service.
+
+Where to go next:
+  • put it on a cluster:       helm install lockstep charts/lockstep (docs/helm.md)
+  • approve by pull request:   docs/gitops.md (Argo CD, Flux)
+  • watch drift in Grafana:    docs/dashboard.md, alerts in docs/alerts.md
+  • gate CI on the pin:        lockstep verify URL --against weather.yaml""", flush=True)
+    if keep:
+        print(f"\nStill running (--keep): metrics at {backend.metrics_url}, kubeconfig {backend.kubeconfig}. "
+              "Ctrl-C stops.", flush=True)
+        await asyncio.Event().wait()
+
+
+async def rug_pull_story(backend: RealBackend | EmulatedBackend, narrator: Narrator, agent: ConnectedAgent,
+                         rug_pull: Callable[[], None]) -> float:
+    """The rug pull, with an agent connected: returns the milliseconds from the pull to the verdict."""
+    agent.show(f"an agent connects through the pod's in-line proxy (what Service targetPort lockstep-mcp reaches; "
+               f"here {agent.url}) and holds ONE session (Mcp-Session-Id {(agent.session_id or '?')[:12]}…), "
+               f"listing tools on every list_changed and every {AGENT_INTERVAL:g} s:")
+    if agent.count("clean") < 1:
+        raise DemoFailed("the connected agent got no clean list before the rug pull")
 
     narrator.say("RUG PULL: get_forecast's description gains hidden <IMPORTANT> instructions and the tool "
                  "quietly becomes destructive (readOnlyHint true → false, destructiveHint true)")
-    pulled = time.monotonic()
+    pulled, pulled_at = time.monotonic(), len(agent.entries)
     rug_pull()
     await narrator.until("the drift is caught",
                          lambda: (_condition(backend.pod("weather-0"), GATE) or {}).get("status") == "False")
@@ -355,25 +557,14 @@ async def story(backend: RealBackend | EmulatedBackend, narrator: Narrator, fold
                                   timeout=15)
     narrator.say(f"metric: {metric}")
 
-    kube = ["--kubeconfig", str(backend.kubeconfig)]
-    await run_cli(narrator, "diff", "weather", "-n", NAMESPACE, *kube, expect=1)
-    await run_cli(narrator, "approve", "weather", "-n", NAMESPACE, "--apply", *kube, expect=0)
-    await narrator.until("the operator re-judges the pod's last report against the new revision",
-                         lambda: (_condition(backend.pod("weather-0"), GATE) or {}).get("status") == "True")
-    await narrator.until("the pod is back in Service agents/weather", lambda: backend.in_service("weather-0") is True)
-    print(f"""
-Done: pinned → verified and in the Service → rug pull caught in {caught_ms:.0f} ms, pod out of the Service
-→ reviewed with lockstep diff → approved with lockstep approve → back in the Service.
-
-Where to go next:
-  • put it on a cluster:       helm install lockstep charts/lockstep (docs/helm.md)
-  • approve by pull request:   docs/gitops.md (Argo CD, Flux)
-  • watch drift in Grafana:    docs/dashboard.md, alerts in docs/alerts.md
-  • gate CI on the pin:        lockstep verify URL --against weather.yaml""", flush=True)
-    if keep:
-        print(f"\nStill running (--keep): metrics at {backend.metrics_url}, kubeconfig {backend.kubeconfig}. "
-              "Ctrl-C stops.", flush=True)
-        await asyncio.Event().wait()
+    # The agent's session is still open: kube-proxy keeps established flows to a pod that left its Service,
+    # so only the proxy on the path stands between it and the poisoned list.
+    await narrator.until("the connected agent's session is isolated by the proxy (every request refused)",
+                         lambda: agent.count("isolated", since=pulled_at) >= 2 or agent.poisoned, timeout=15)
+    agent.show("the connected agent, same session, since the rug pull:")
+    if agent.poisoned:
+        raise DemoFailed(f"the connected agent received the poisoned description {agent.poisoned} time(s)")
+    return caught_ms
 
 
 def _listening(port: int) -> bool:
