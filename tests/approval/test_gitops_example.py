@@ -46,8 +46,14 @@ def test_the_interface_selects_the_server_pods_on_their_port(rendered):
     interface = rendered["MCPServerInterface"]
     assert selector_matches(interface["spec"]["selector"], labels)
     assert rendered["Service"]["spec"]["selector"].items() <= labels.items()
-    ports = [port["containerPort"] for container in template["spec"]["containers"] for port in container["ports"]]
-    assert interface["spec"]["endpoint"]["port"] in ports
+    # Enforcement Isolate (issue 28): the server listens on 127.0.0.1 at the endpoint's port (a server on the
+    # pod's IP is judged ServerExposed), and agents reach it through the sidecar's in-line proxy only.
+    assert interface["spec"].get("enforcement", "Isolate") in ("Isolate", "Quarantine")
+    [server] = template["spec"]["containers"]
+    args = server["args"]
+    assert args[args.index("--host") + 1] == "127.0.0.1"
+    assert int(args[args.index("--port") + 1]) == interface["spec"]["endpoint"]["port"]
+    assert [port["targetPort"] for port in rendered["Service"]["spec"]["ports"]] == ["lockstep-mcp"]
     assert check_interface(interface).problems == []
 
 
