@@ -32,6 +32,8 @@ from lockstep.operator.reports import ReportServer, TokenReviewer
 __all__ = ["LockstepOperator"]
 
 logger = logging.getLogger(__name__)
+#: How long an urgent status write waits for the other cuts of the same moment (a rollout, a re-judging).
+URGENT_COALESCE = 0.1
 #: A verdict that did not land: kept in Reconciler.unwritten and written again (outage or a failed write).
 NOT_WRITTEN = (ApiUnavailable, VerdictNotWritten)
 
@@ -170,7 +172,7 @@ class LockstepOperator:
         self._tasks = [
             asyncio.create_task(self.clock.run()),
             asyncio.create_task(_every(self.config.stale_check_interval, reconciler.check_stale)),
-            asyncio.create_task(_every(self.config.status_flush_interval, self._flush)),
+            asyncio.create_task(self._flush_loop()),
             asyncio.create_task(_every(self.config.write_retry_interval, self._retry_writes)),
             asyncio.create_task(self._follow_outages(client, reconciler)),
             asyncio.create_task(_freeze_heap_now_and_then()),
@@ -214,9 +216,22 @@ class LockstepOperator:
         """The operator's own API requests so far (bench/operator.py reads them per phase)."""
         return web.json_response(api_counts(self._client) if self._client is not None else {})
 
-    async def _flush(self) -> None:
-        assert self.reconciler is not None
-        await self.reconciler.flush_status()
+    async def _flush_loop(self) -> None:
+        """The resources' status every status_flush_interval, and at once (after URGENT_COALESCE, so that a
+        burst of cuts goes in one write per resource) when a pod was just cut or drifted."""
+        reconciler = self.reconciler
+        assert reconciler is not None
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(reconciler.status_urgent.wait(), self.config.status_flush_interval)
+                await asyncio.sleep(URGENT_COALESCE)
+            reconciler.status_urgent.clear()
+            try:
+                await reconciler.flush_status()
+            except ApiUnavailable:
+                pass  # logged once per outage (lockstep.operator.outage)
+            except Exception:  # the loop must survive one failed round
+                logger.exception("Status flush failed.")
 
     async def _retry_writes(self) -> None:
         """Verdicts that did not land, written again until each lands or its pod is gone (fail closed)."""

@@ -64,6 +64,9 @@ class ConditionWrites:
     _dirty: set[Key]
     _children: dict[tuple[str, str, Reason], tuple[Any, Any]]
 
+    if TYPE_CHECKING:  # in lockstep.operator.status_writer
+        def mark_urgent(self, keys: set[Key]) -> None: ...
+
     async def _apply(self, pod: PodRecord, track: PodTrack, verdict: Verdict,
                      resources: list[ResourceRecord]) -> None:
         previous = track.verdict
@@ -107,6 +110,8 @@ class ConditionWrites:
             return
         track.written = verdict.condition
         if previous is None or (previous.status, previous.reason) != (verdict.status, verdict.reason):
+            if verdict.status != "True" or verdict.state is PodState.QUARANTINED:
+                self.mark_urgent({record.key for record in resources})  # the status must not say Verified now
             await self.verdict_events.announce(pod, verdict, resources)
 
     def _metric_children(self, policy: Policy, reason: Reason) -> tuple[Any, Any]:

@@ -89,6 +89,8 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
         self.synced = asyncio.Event()
         self._locks: dict[Key, asyncio.Lock] = {}
         self._dirty = set()
+        self._urgent = set()
+        self.status_urgent = asyncio.Event()
         self._written = {}
         self._status_patched_at: dict[Key, float] = {}
         self._verdicts: dict[tuple[Any, ...], Verdict] = {}

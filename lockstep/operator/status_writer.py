@@ -48,6 +48,11 @@ class StatusWriter:
     #: The status last written per resource, and when (monotonic) it was last patched.
     _written: dict[Key, dict[str, Any]]
     _status_patched_at: dict[Key, float]
+    #: Resources with a pod just cut (a verdict that turned False) or drifted: written at the next flush,
+    #: whatever status_write_interval, so the status never says Verified about a pod just taken out.
+    _urgent: set[Key]
+    #: Set when a resource became urgent: the flush loop runs at once instead of at its next tick.
+    status_urgent: asyncio.Event
 
     if TYPE_CHECKING:  # in lockstep.operator.quarantine
         async def _check_bypassing(self, record: ResourceRecord, memory: ResourceMemory) -> None: ...
@@ -58,6 +63,7 @@ class StatusWriter:
         after the other, 1,000 dirty resources took 9-15 s of wall time: docs/scale.md)."""
         await self.verdict_events.post_batched(everything=final)
         dirty, self._dirty = self._dirty, set()
+        urgent, self._urgent = self._urgent & dirty, self._urgent - dirty
         slots = asyncio.Semaphore(FLUSH_CONCURRENCY)
 
         now = time.monotonic()
@@ -67,7 +73,7 @@ class StatusWriter:
             record = self.cache.resource(*key)
             if record is None or not self.owns_resource(key):  # another replica's is its own to write
                 return
-            if now - self._status_patched_at.get(key, -spacing) < spacing:
+            if key not in urgent and now - self._status_patched_at.get(key, -spacing) < spacing:
                 self._dirty.add(key)  # written a moment ago: this change goes with the next write
                 return
             async with slots:
@@ -75,11 +81,19 @@ class StatusWriter:
                     await self._write_status(record)
                 except ApiUnavailable:
                     self._dirty.add(key)  # the outage is logged once, by lockstep.operator.outage
+                    self._urgent.add(key) if key in urgent else None
                 except (KubeApiError, OSError) as error:
                     logger.warning("Cannot write the status of %s/%s: %s", *key, error)
                     self._dirty.add(key)
+                    self._urgent.add(key) if key in urgent else None
 
         await asyncio.gather(*(flush(key) for key in dirty))
+
+    def mark_urgent(self, keys: set[Key]) -> None:
+        """A pod of these resources was just cut or drifted: their status goes at the next flush, now."""
+        self._dirty |= keys
+        self._urgent |= keys
+        self.status_urgent.set()
 
     async def _write_status(self, record: ResourceRecord) -> None:
         policy = record.policy
