@@ -46,6 +46,8 @@ from lockstep_testing.kmock_support import (
     wait_for,
 )
 
+from tables import print_table
+
 from lockstep.core.model import Interface
 from lockstep.core.report import Observation
 from lockstep.operator.kube import KubeApiError
@@ -114,9 +116,7 @@ def main() -> None:
     header = ["round", "outage s", "writes refused", "retry interval s", "recovery -> False ms",
               "writes after recovery"]
     lags = [float(row[4]) for row in rows]
-    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-    for row in [header, ["-" * w for w in widths], *rows]:
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)))
+    print_table(header, rows)
     print(f"recovery -> False: median {statistics.median(lags):.0f} ms, max {max(lags):.0f} ms "
           f"(retry interval {args.retry * 1000:.0f} ms)")
 

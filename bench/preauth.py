@@ -42,6 +42,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from lockstep_testing.kmock_support import Emulator, TokenBook, declare_resources, jwt_shaped, make_tls_files
 
+from tables import print_table
+
 from lockstep.core import Interface
 from lockstep.core.report import Freshness, Observation
 from lockstep.core.revision import Revision
@@ -209,9 +211,7 @@ def main() -> None:
     rows = asyncio.run(run(args.connections, args.reports, args.hold))
     header = ["attack", "connections", "RSS before MiB", "RSS held MiB", "genuine 202 p50 ms", "ratio",
               "held connections answered", "rejections so far"]
-    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
-    for row in [header, ["-" * w for w in widths], *rows]:
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)))
+    print_table(header, rows)
 
 
 if __name__ == "__main__":
