@@ -206,6 +206,11 @@ class RealBackend:
         pods share the host's loopback, and 8090 may be taken on this machine)."""
         return self.running.proxy_port
 
+    @property
+    def local_ip(self) -> str:
+        """The pod's IP as its sidecar sees it (the stand-in's loopback alias of the pod)."""
+        return self.running.local_ip
+
     def events(self, name: str) -> list[dict[str, Any]]:
         items = self.plane.call("GET", f"/api/v1/namespaces/{NAMESPACE}/events")["items"]
         return [event for event in items if event["involvedObject"].get("name") == name]
@@ -224,6 +229,8 @@ class EmulatedBackend:
         self.stack = contextlib.AsyncExitStack()
         self.processes: list[asyncio.subprocess.Process] = []
         self.proxy_port: int | None = None
+        #: The pod's IP as its sidecar sees it (downward API status.podIP): a loopback alias of the pod's own.
+        self.local_ip = "127.1.0.1"
 
     def describe(self) -> str:
         return "the kmock emulation of the Kubernetes API (set KUBEBUILDER_ASSETS for a real control plane)"
@@ -281,6 +288,8 @@ class EmulatedBackend:
         if env.get("LOCKSTEP_PROXY_PORT"):  # the in-line proxy (lockstep-mcp): 8090 may be taken here
             self.proxy_port = free_port()
             env["LOCKSTEP_PROXY_PORT"] = str(self.proxy_port)
+        if any("valueFrom" in item for item in sidecar["env"] if item["name"] == "LOCKSTEP_POD_IP"):
+            env["LOCKSTEP_POD_IP"] = self.local_ip  # the downward API's status.podIP
         log = (self.folder / "sidecar.log").open("wb")
         self.processes.append(await asyncio.create_subprocess_exec(*LOCKSTEP, "sidecar", env=env, stdout=log,
                                                                    stderr=asyncio.subprocess.STDOUT))
@@ -488,6 +497,8 @@ async def story(backend: RealBackend | EmulatedBackend, narrator: Narrator, fold
     narrator.say("kubelet's part: the MCP server and the sidecar run as processes")
     await narrator.until("the sidecar reports and the operator verifies the pod",
                          lambda: (_condition(backend.pod("weather-0"), GATE) or {}).get("status") == "True")
+    narrator.say(f"the server listens on 127.0.0.1 only: the sidecar's check found nothing answering on the "
+                 f"pod's IP ({backend.local_ip} here) past the in-line proxy (else: False, ServerExposed)")
     await narrator.until(f"the pod is in Service agents/weather ({backend.service_note()})",
                          lambda: backend.in_service("weather-0") is True)
     if backend.proxy_port is None:

@@ -6,12 +6,18 @@ Service as the kubelet stand-in recomputes Ready from the readiness gate.
     verified -> Ready -> ready in the EndpointSlice
     rug pull + list_changed -> condition False -> not ready in the EndpointSlice
     lockstep diff -> lockstep approve --apply -> back in the EndpointSlice
+
+Enforcement Isolate puts the sidecar's in-line proxy on the agents' path (issue 28): the servers listen on
+127.0.0.1 and the Service targets lockstep-mcp; a server that answers on the pod's IP is judged ServerExposed.
 """
 
 from __future__ import annotations
 
 import copy
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 from lockstep_testing.cluster_objects import (
@@ -26,11 +32,13 @@ from lockstep_testing.cluster_objects import (
     weather_pod,
     weather_service,
 )
-from lockstep_testing.control_plane import ControlPlane
-from lockstep_testing.kubelet import Kubelet, RunningPod
+from lockstep_testing.control_plane import ControlPlane, free_port
+from lockstep_testing.kubelet import Kubelet, PodProcess, RunningPod
 from lockstep_testing.lockstep_install import Installation, api_path, apply
 from lockstep_testing.loopback import McpServerHandle, eventually
 from lockstep_testing.mcp_servers import MutableServer
+
+WEATHER_SERVER = Path(__file__).resolve().parents[2] / "examples" / "weather_server.py"
 
 
 @pytest.fixture
@@ -109,3 +117,32 @@ async def test_a_second_pod_of_the_same_interface_is_verified_on_its_own(
     status = plane.call("GET", api_path("MCPServerInterface", namespace, "weather"))["status"]
     [observed] = status["observed"]  # both pods serve one revision
     assert sorted(observed["pods"]) == ["weather-a", "weather-b"]
+
+
+async def test_a_server_that_answers_on_the_pods_ip_is_judged_exposed(
+        control_plane: ControlPlane, lockstep: Installation, kubelet: Kubelet, namespace: str) -> None:
+    """Issue 28: in Isolate agents may reach the server only through the in-line proxy. The example server
+    listening on every address answers on the pod's IP (the kubelet stand-in's downward-API podIP): the
+    sidecar reports it, the operator judges the pod False, ServerExposed, and it never joins its Service."""
+    plane, port = control_plane, free_port()
+    apply(plane, {"apiVersion": "lockstep.dev/v1alpha1", "kind": "MCPServerInterface",
+                  "metadata": {"name": "weather", "namespace": namespace},
+                  "spec": {"selector": {"matchLabels": {"app": "weather"}},
+                           "endpoint": {"port": port, "path": "/mcp", "transport": "streamable-http"},
+                           "enforcement": "Isolate", "approval": "FirstSeen",
+                           "probe": {"interval": "600s", "timeout": "5s"}}})
+    apply(plane, weather_service(namespace))
+    apply(plane, weather_pod(namespace, "weather-0"))
+    exposed = PodProcess([sys.executable, str(WEATHER_SERVER), "--host", "0.0.0.0", "--port", str(port)])
+    pod = await kubelet.start_pod(namespace, "weather-0", {"server": exposed}, mcp_port=port)
+    verdict = await eventually(lambda: _gate(pod_of(plane, namespace, "weather-0")).get("reason") == "ServerExposed"
+                               and _gate(pod_of(plane, namespace, "weather-0")), 30, "judged ServerExposed")
+    assert verdict["status"] == "False"
+    assert f"{pod.local_ip}:{port}" in verdict["message"] and "127.0.0.1" in verdict["message"]
+    assert condition(pod_of(plane, namespace, "weather-0"), "Ready") == "False"
+    assert endpoint_ready(plane, namespace, "weather", pod.ip) is not True
+
+
+def _gate(pod: dict[str, Any]) -> dict[str, Any]:
+    return next((dict(entry) for entry in (pod.get("status") or {}).get("conditions") or []
+                 if entry["type"] == GATE), {})

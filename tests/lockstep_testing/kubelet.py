@@ -8,7 +8,9 @@ It plays the kubelet's part and no other; each step names the Kubernetes rule it
   Lockstep sidecar as ``lockstep sidecar`` with the environment of its container spec and a token from
   the TokenRequest API bound to the pod with the audience of its projected volume (the pods share the
   host's loopback: the sidecar's own port and its in-line proxy's port are free ports per pod,
-  ``RunningPod.sidecar_port`` and ``RunningPod.proxy_port``);
+  ``RunningPod.sidecar_port`` and ``RunningPod.proxy_port``, and the downward API's ``status.podIP`` is a
+  loopback alias of the pod's own, ``RunningPod.local_ip``, where only a server that listens on every
+  address answers);
 * ``Ready`` computed as the kubelet does: every container ready AND every readiness gate's condition True
   (kubelet's status manager, ``GeneratePodReadyCondition``);
 * the final delete of a terminating pod (``gracePeriodSeconds: 0``) once its processes are stopped.
@@ -63,6 +65,10 @@ class RunningPod:
     #: Containers whose process the caller runs itself (an MCP server inside the test), with liveness.
     external: dict[str, bool] = field(default_factory=dict)
     sidecar_port: int | None = None
+    #: The address that plays the pod's IP for its own processes: the downward API's ``status.podIP`` as the
+    #: containers see it (``ip`` is what the API publishes, but nothing on this host answers there). A loopback
+    #: alias of the pod's own: a server that listens on every address answers on it, one on 127.0.0.1 does not.
+    local_ip: str = ""
     #: Where the sidecar's in-line proxy (container port ``lockstep-mcp``, enforcement Isolate and Quarantine)
     #: really listens here: a free port per pod, as the pods share the host's loopback (None: no proxy).
     proxy_port: int | None = None
@@ -169,7 +175,8 @@ class Kubelet:
         # A pod IP from a pod CIDR: EndpointSlice validation refuses loopback addresses. Nothing ever
         # connects to it (the pod's processes listen on the host's loopback), it is only published.
         running = RunningPod(namespace, name, pod["metadata"]["uid"], f"10.244.0.{self._next_ip}",
-                             self.folder / f"{namespace}-{name}")
+                             self.folder / f"{namespace}-{name}",
+                             local_ip=f"127.1.{self._next_ip // 256 % 256}.{self._next_ip % 256}")
         running.folder.mkdir(parents=True, exist_ok=True)
         self.pods[(namespace, name)] = running
         # Native sidecars (init containers with restartPolicy Always) start before the app containers.
@@ -190,6 +197,10 @@ class Kubelet:
     async def _start_sidecar(self, running: RunningPod, pod: Mapping[str, Any], container: Mapping[str, Any],
                              mcp_port: int | None) -> None:
         env = _plain_env(container)
+        # The downward API: status.podIP (the sidecar checks that the MCP server does not answer there, past
+        # its in-line proxy), as the pod's processes reach their own IP here.
+        env.update({item["name"]: running.local_ip for item in container.get("env") or []
+                    if ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath") == "status.podIP"})
         # The projected serviceAccountToken volume: the kubelet asks TokenRequest for a token bound to
         # the pod with the volume's audience and writes it into the mount. Here the mount is a file.
         token_source = _projected_token(pod, container)
@@ -332,7 +343,8 @@ async def _terminate(process: asyncio.subprocess.Process) -> None:
 
 def _plain_env(container: Mapping[str, Any]) -> dict[str, str]:
     """The container's literal variables, as the kubelet sets them: one without a value (the API server
-    drops an empty one) is set to the empty string; valueFrom entries are not resolved here."""
+    drops an empty one) is set to the empty string; valueFrom entries are not resolved here (the sidecar's
+    ``status.podIP`` is, in ``_start_sidecar``)."""
     return {item["name"]: str(item.get("value", "")) for item in container.get("env") or [] if "valueFrom" not in item}
 
 
