@@ -134,7 +134,8 @@ def test_snapshot_apply_rug_pull_isolates_one_pod_and_approve_restores(cluster: 
 
 def test_an_app_running_as_another_user_beside_a_service_named_like_a_sidecar_variable(cluster: Cluster) -> None:
     """The sidecar reads its token as uid 65532 whatever user the app runs as (no fsGroup), and a Service
-    named lockstep-proxy (the kubelet injects LOCKSTEP_PROXY_PORT=tcp://...) does not reach it."""
+    named lockstep-proxy (the kubelet injects LOCKSTEP_PROXY_PORT=tcp://...) does not reach it: in Isolate
+    the webhook's own value (the in-line proxy's port, issue 28) wins over the Service link."""
     decoy = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "lockstep-proxy"},
              "spec": {"selector": {"app": "nothing"}, "ports": [{"port": 8090}]}}
     cluster.create([decoy])
@@ -148,11 +149,12 @@ def test_an_app_running_as_another_user_beside_a_service_named_like_a_sidecar_va
                                pod_security={"runAsUser": 1000, "runAsGroup": 1000, "runAsNonRoot": True}))
     eventually(lambda: all_verified(cluster, "weather", 1), "the pod verified and Ready")
     pod = cluster.pods("weather")[0]
-    # What the kubelet gave the sidecar: the Service link's variables, except the one the webhook set empty.
+    # What the kubelet gave the sidecar: the Service link's variables, except the one the webhook set. Before
+    # issue 28 Isolate ran no proxy and the webhook set it empty; now it is the proxy's port (8090).
     # Nobody execs into the sidecar (the chart's policy, issue 25): its environment is read from the node.
     seen = {key: value for key, value in container_environment(pod, "lockstep-sidecar").items() if "PROXY" in key}
     assert seen.get("LOCKSTEP_PROXY_SERVICE_HOST"), f"the kubelet injected no Service links: {seen}"
-    assert seen["LOCKSTEP_PROXY_PORT"] == "", seen
+    assert (seen["LOCKSTEP_PROXY_PORT"], seen["LOCKSTEP_PROXY_MODE"]) == ("8090", "isolate"), seen
     whoami = cluster.exec(pod.metadata.name, ["python", "-c", "import os; print(os.getuid())"], "mcp")
     assert whoami.strip() == "1000"
 

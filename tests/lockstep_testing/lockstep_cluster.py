@@ -101,7 +101,8 @@ def application_pod(name: str) -> dict[str, Any]:
 @contextlib.asynccontextmanager
 async def start_pod(cluster: Cluster, pod: dict[str, Any], tmp_path: Path) -> AsyncIterator[RunningSidecar]:
     """What the API server and the kubelet do with the admitted pod: store it, start its sidecar
-    with the environment the webhook wrote and a pod-bound token in the projected volume."""
+    with the environment the webhook wrote (its own and its proxy's port free ones: the pods share the
+    host's loopback) and a pod-bound token in the projected volume."""
     name, uid = pod["metadata"]["name"], f"uid-{pod['metadata']['name']}"
     pod["metadata"].update({"uid": uid, "resourceVersion": "1"})
     pod["status"] = {"phase": "Running", "conditions": [
@@ -113,6 +114,8 @@ async def start_pod(cluster: Cluster, pod: dict[str, Any], tmp_path: Path) -> As
     [sidecar] = [c for c in pod["spec"]["initContainers"] if c["name"] == "lockstep-sidecar"]
     env = {variable["name"]: variable.get("value", "") for variable in sidecar["env"]}
     env.update({"LOCKSTEP_TOKEN_PATH": str(token), "LOCKSTEP_SIDECAR_PORT": "0"})  # the mount; a free port
+    if env.get("LOCKSTEP_PROXY_PORT"):  # the in-line proxy (Isolate, Quarantine): 8090 may be taken on this host
+        env["LOCKSTEP_PROXY_PORT"] = str(free_port())
     async with running_sidecar(SidecarSettings.from_env(env), host="127.0.0.1") as running:
         yield running
 
