@@ -32,21 +32,23 @@ FAST_PROBE = {"interval": "5s", "timeout": "5s", "staleAfter": "60s"}
 
 def snapshot_through_port_forward(cluster: Cluster, pod: str, name: str, *extra: str) -> dict[str, Any]:
     """`kubectl port-forward` to the pod's MCP port, then `lockstep snapshot` as the README says."""
-    forward, local_port = cluster.port_forward(pod, 8080)
-    try:
-        for attempt in range(5):
-            # The app's process may still be starting on a loaded node (Running is the container's start,
-            # not its server's): a refused or dropped connection is retried, as a user would.
+    for attempt in range(5):
+        # The app's process may still be starting on a loaded node (Running is the container's start, not
+        # its server's): a refused or dropped connection is retried, as a user would, with a new
+        # port-forward (kubectl's ends when its connection into the pod is refused). It reaches the server
+        # on 127.0.0.1: kubectl port-forward connects inside the pod's network namespace.
+        forward, local_port = cluster.port_forward(pod, 8080)
+        try:
             result = cluster.lockstep("snapshot", f"http://127.0.0.1:{local_port}/mcp", "--name", name,
                                       "-n", cluster.namespace, "--endpoint-port", "8080", *extra, check=False)
-            if result.returncode == 0 or "disconnected" not in result.stderr and "onnect" not in result.stderr:
-                break
-            time.sleep(2 * (attempt + 1))
-        if result.returncode != 0:
-            raise AssertionError(f"lockstep snapshot exited {result.returncode}: {result.stderr}")
-    finally:
-        forward.terminate()
-        forward.wait(timeout=10)
+        finally:
+            forward.terminate()
+            forward.wait(timeout=10)
+        if result.returncode == 0 or "disconnected" not in result.stderr and "onnect" not in result.stderr:
+            break
+        time.sleep(2 * (attempt + 1))
+    if result.returncode != 0:
+        raise AssertionError(f"lockstep snapshot exited {result.returncode}: {result.stderr}")
     assert result.returncode == 0, result.stderr
     manifest = dict(yaml.safe_load(result.stdout))
     assert manifest["spec"]["endpoint"]["port"] == 8080  # the pod's port, not the port-forward's
