@@ -37,6 +37,7 @@ LAZY_COMMANDS = {
     "operator": ("lockstep.operator.cli", "operator_command", "Run the Lockstep operator (kopf)."),
     "sidecar": ("lockstep.sidecar.cli", "sidecar_command", "Run the sidecar that measures an MCP server."),
     "demo": ("lockstep.cli.demo", "demo_command", "Run the whole loop on one machine (from a source checkout)."),
+    "check": ("lockstep.cli.check", "check_command", "Check the cluster before and after installing Lockstep."),
 }
 
 
