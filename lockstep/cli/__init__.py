@@ -57,6 +57,21 @@ class LockstepGroup(click.Group):
                                      callback=lambda: _unavailable(name))
         return super().get_command(ctx, name)
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list of --help, the lazy commands' lines from LAZY_COMMANDS: listing them must not
+        import kopf, aiohttp or the mcp SDK (lockstep --help answers as fast as kubectl)."""
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in LAZY_COMMANDS:
+                rows.append((name, LAZY_COMMANDS[name][2]))
+                continue
+            command = super().get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, command.get_short_help_str(formatter.width - 6 - len(name))))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)

@@ -71,7 +71,7 @@ def _load(target: str, headers: Sequence[str], timeout: float, transport: str | 
 def _capabilities(value: str | None, manifest: Any = None) -> tuple[str, ...] | None:
     """What the probe announces: ``--client-capabilities``, else the manifest's
     ``spec.probe.clientCapabilities`` (what the sidecar announces for it), else None (the reader's default)."""
-    from lockstep.reader import parse_client_capabilities
+    from lockstep.core.capabilities import parse_client_capabilities
 
     if value is None and isinstance(manifest, dict) and is_manifest(manifest):
         probe = (manifest.get("spec") or {}).get("probe") or {}
