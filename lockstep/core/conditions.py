@@ -1,13 +1,17 @@
-"""The pod condition Lockstep owns: its type and reasons, for the operator that writes it and the CLI that
-reads it."""
+"""The pod condition Lockstep owns: its type and reasons, the pod state each reason counts as, and the one
+rule for a condition's lastTransitionTime; for the operator that writes conditions (a pod's, a resource's)
+and the CLI that reads them."""
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
+from typing import Any
 
 from lockstep.core.names import CONDITION_TYPE
 
-__all__ = ["CONDITION_TYPE", "DRIFT_REASONS", "Reason"]
+__all__ = ["CONDITION_TYPE", "DRIFT_REASONS", "STATE_OF_REASON", "PodState", "Reason", "condition_dict",
+           "state_of", "transition_time"]
 
 
 class Reason(str, enum.Enum):
@@ -30,5 +34,55 @@ class Reason(str, enum.Enum):
     POD_OUTSIDE_POLICY = "PodOutsidePolicy"
 
 
-#: Reasons of a pod held out because it serves an interface that is not approved.
-DRIFT_REASONS = frozenset({Reason.INTERFACE_CHANGED.value, Reason.NOT_APPROVED.value})
+#: Reasons of a pod that serves an interface that is not approved (held out, or in Quarantine served through
+#: the proxy, which withholds what is not approved). Members are str: ``"NotApproved" in DRIFT_REASONS``.
+DRIFT_REASONS = frozenset({Reason.INTERFACE_CHANGED, Reason.NOT_APPROVED})
+
+
+class PodState(str, enum.Enum):
+    """A pod's state as counted in status and in the ``lockstep_pods`` metric."""
+
+    VERIFIED = "verified"
+    DRIFTED = "drifted"
+    PENDING = "pending"
+    STALE = "stale"
+    UNREACHABLE = "unreachable"
+    INVALID = "invalid"
+    CONFLICT = "conflict"
+    AUDIT = "audit"
+    QUARANTINED = "quarantined"
+
+
+#: The state every reason counts as (complete: tests/unit/test_conditions.py walks every Reason).
+STATE_OF_REASON: Mapping[Reason, PodState] = {
+    Reason.VERIFIED: PodState.VERIFIED,
+    Reason.INTERFACE_CHANGED: PodState.DRIFTED,
+    Reason.NOT_APPROVED: PodState.DRIFTED,
+    Reason.INTERFACE_INVALID: PodState.INVALID,
+    Reason.SERVER_UNREACHABLE: PodState.UNREACHABLE,
+    Reason.REPORT_STALE: PodState.STALE,
+    Reason.CONFLICT: PodState.CONFLICT,
+    Reason.AUDIT: PodState.AUDIT,
+    Reason.QUARANTINED: PodState.QUARANTINED,
+    Reason.SERVER_EXPOSED: PodState.INVALID,  # a deployment that lets agents past the proxy
+    Reason.POD_OUTSIDE_POLICY: PodState.INVALID,  # a pod spec that could hand the sidecar's token to another container
+}
+
+
+def state_of(reason: Reason) -> PodState:
+    """The pod state a verdict reason counts as in status."""
+    return STATE_OF_REASON[reason]
+
+
+def transition_time(previous: Mapping[str, Any] | None, status: str, now: str) -> str:
+    """A condition's lastTransitionTime: kept while its status stays the same, ``now`` when it changes."""
+    if previous and previous.get("status") == status and previous.get("lastTransitionTime"):
+        return str(previous["lastTransitionTime"])
+    return now
+
+
+def condition_dict(type_: str, status: str, reason: str, message: str, previous: Mapping[str, Any] | None,
+                   now: str, **extra: Any) -> dict[str, Any]:
+    """A Kubernetes condition (a pod's, a resource's) with transition_time's rule."""
+    return {"type": type_, "status": status, "reason": reason, "message": message, **extra,
+            "lastTransitionTime": transition_time(previous, status, now)}

@@ -21,6 +21,8 @@ from lockstep.operator.kube import KubeApiError
 from lockstep.operator.outage import ApiUnavailable
 from lockstep.operator.status import ResourceMemory, now_iso
 
+from lockstep.core.conditions import condition_dict
+
 if TYPE_CHECKING:
     from lockstep.operator.cache import ClusterCache, ResourceRecord
     from lockstep.operator.config import OperatorConfig
@@ -153,11 +155,8 @@ class ConditionWrites:
                 return False
             if attempt and condition_of(pod) == verdict.condition:
                 return False
-            old = pod.lockstep_condition or {}
-            since = old.get("lastTransitionTime") if old.get("status") == verdict.status else None
-            condition = {"type": CONDITION_TYPE, "status": verdict.status, "reason": verdict.reason.value,
-                         "message": verdict.message, "lastProbeTime": None,
-                         "lastTransitionTime": since or now_iso()}
+            condition = condition_dict(CONDITION_TYPE, verdict.status, verdict.reason.value, verdict.message,
+                                       pod.lockstep_condition, now_iso(), lastProbeTime=None)
             # A True carries the stamp of its report, and is not written over a newer one; a False is written
             # whatever the pod records (a stamp someone else put there must never hold a pod Ready).
             metadata = self._stamp_annotation(pod, check=verdict.status == "True") if stamped else {}

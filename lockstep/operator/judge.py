@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lockstep.core import Interface, InterfaceError, LockstepError
-from lockstep.core.conditions import CONDITION_TYPE, Reason
+from lockstep.core.conditions import CONDITION_TYPE, DRIFT_REASONS, PodState, Reason, state_of
 from lockstep.core.enforcement import Approval, Enforcement, strictness
 from lockstep.core.diff import closest_with_findings
 from lockstep.core.digest import DIGEST_PREFIX
@@ -46,35 +46,6 @@ __all__ = [
 
 MESSAGE_LIMIT = 1024
 FINDINGS_IN_MESSAGE = 5
-
-
-class PodState(str, enum.Enum):
-    """A pod's state as counted in status and in the ``lockstep_pods`` metric."""
-
-    VERIFIED = "verified"
-    DRIFTED = "drifted"
-    PENDING = "pending"
-    STALE = "stale"
-    UNREACHABLE = "unreachable"
-    INVALID = "invalid"
-    CONFLICT = "conflict"
-    AUDIT = "audit"
-    QUARANTINED = "quarantined"
-
-
-_STATE_OF_REASON = {
-    Reason.VERIFIED: PodState.VERIFIED,
-    Reason.INTERFACE_CHANGED: PodState.DRIFTED,
-    Reason.NOT_APPROVED: PodState.DRIFTED,
-    Reason.INTERFACE_INVALID: PodState.INVALID,
-    Reason.SERVER_UNREACHABLE: PodState.UNREACHABLE,
-    Reason.REPORT_STALE: PodState.STALE,
-    Reason.CONFLICT: PodState.CONFLICT,
-    Reason.AUDIT: PodState.AUDIT,
-    Reason.QUARANTINED: PodState.QUARANTINED,
-    Reason.SERVER_EXPOSED: PodState.INVALID,
-    Reason.POD_OUTSIDE_POLICY: PodState.INVALID,  # a pod spec that could hand the sidecar's token to another container  # a deployment that lets agents past the proxy
-}
 
 
 def short_digest(digest: str) -> str:
@@ -161,7 +132,8 @@ class Policy:
 
 
 #: Reasons the proxy answers for in enforcement Quarantine: drift, which it withholds component by component.
-QUARANTINED_REASONS = frozenset({Reason.INTERFACE_CHANGED, Reason.NOT_APPROVED})
+#: In Quarantine, a drift is served through the proxy (withheld), not held out.
+QUARANTINED_REASONS = DRIFT_REASONS
 
 
 def _proxy_port(spec: Mapping[str, Any], problems: list[str]) -> int:
@@ -193,11 +165,6 @@ def trusted_revision(entry: Mapping[str, Any], ignore: Iterable[str]) -> Revisio
         return Revision.from_spec(entry, ignore=list(ignore))
     except LockstepError:
         return None
-
-
-def state_of(reason: Reason) -> PodState:
-    """The pod state a verdict reason counts as in status (every reason has one)."""
-    return _STATE_OF_REASON[reason]
 
 
 @dataclass(frozen=True)
@@ -313,7 +280,7 @@ def _enforce(policy: Policy, reason: Reason, message: str, revision: Revision | 
     if policy.enforcement is Enforcement.AUDIT:
         return Verdict("True", Reason.AUDIT, f"audit only, would be {reason.value}: {message}"[:MESSAGE_LIMIT],
                        PodState.AUDIT, revision, closest, tuple(findings))
-    return Verdict("False", reason, message, _STATE_OF_REASON[reason], revision, closest, tuple(findings))
+    return Verdict("False", reason, message, state_of(reason), revision, closest, tuple(findings))
 
 
 def _drift(approved: Sequence[Revision], observed: Revision,

@@ -30,6 +30,7 @@ from typing import Any
 from lockstep.operator.cache import PodRecord
 from lockstep.operator.judge import Enforcement, PodState, Policy, Verdict, short_digest
 
+from lockstep.core.conditions import condition_dict
 from lockstep.core.replay import ReportStamp
 from lockstep.core.report import Observation
 from lockstep.core.revision import Revision
@@ -201,9 +202,8 @@ def _conditions(policy: Policy, phase: str, counts: Counter[PodState], total: in
                        else "every Service that selects the pods targets the proxy port"))
     before = {condition.get("type"): condition for condition in previous.get("conditions") or []}
     conditions = []
+    now = now_iso()
     for type_, value, reason, message in wanted:
-        old = before.get(type_) or {}
-        since = old.get("lastTransitionTime") if old.get("status") == value else None
-        conditions.append({"type": type_, "status": value, "reason": reason, "message": message,
-                           "observedGeneration": policy.generation, "lastTransitionTime": since or now_iso()})
+        conditions.append(condition_dict(type_, value, reason, message, before.get(type_), now,
+                                         observedGeneration=policy.generation))
     return conditions
