@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 from helm_python.chart import Chart, lint
-from lockstep_testing.chart_render import ALL_ON, CHART_DIR, NAMESPACE, NAMESPACED, Render, find, one
+from lockstep_testing.chart_render import ALL_ON, CHART_DIR, CRD_FILES, NAMESPACE, NAMESPACED, Render, find, one
 from lockstep_testing.k8s_schemas import KUBERNETES_VERSIONS, SchemaViolation, crd_schemas, validate_object
 
-CRDS = crd_schemas(sorted((CHART_DIR / "crds").glob("*.yaml")))
+CRDS = crd_schemas(CRD_FILES)
 SCENARIOS: dict[str, dict[str, Any]] = {"defaults": {}, "all-on": ALL_ON, "namespaced": NAMESPACED}
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 from lockstep_testing.control_plane import ControlPlane, ControlPlaneError
-from lockstep_testing.lockstep_install import apply
+from lockstep_testing.lockstep_install import apply, render_chart
 
 from lockstep.core import Interface
 from lockstep.core.manifest import build_manifest
@@ -18,7 +18,7 @@ from lockstep.core.revision import Revision
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = [ROOT / "crds" / "mcpserverinterfaces.lockstep.dev.yaml",
-           ROOT / "charts" / "lockstep" / "crds" / "mcpserverinterfaces.lockstep.dev.yaml",
+           ROOT / "charts" / "lockstep" / "files" / "crds" / "mcpserverinterfaces.lockstep.dev.yaml",
            ROOT / "charts" / "lockstep" / "crds" / "kopfpeerings.kopf.dev.yaml"]
 RESOURCES = "/apis/lockstep.dev/v1alpha1/namespaces/default/mcpserverinterfaces"
 
@@ -28,6 +28,15 @@ def test_the_api_server_accepts_the_crd_as_shipped(control_plane: ControlPlane, 
     for crd in yaml.safe_load_all(path.read_text()):
         answer = apply(control_plane, crd, dry_run=True)  # a create, or an update once installed
         assert answer["metadata"]["name"] == crd["metadata"]["name"]
+
+
+@pytest.mark.parametrize("values", [{}, {"crds": {"keep": False}}], ids=["keep", "no-keep"])
+def test_the_api_server_accepts_the_crd_as_the_chart_renders_it(control_plane: ControlPlane,
+                                                                values: dict[str, Any]) -> None:
+    [crd] = [body for body in render_chart(values) if body["kind"] == "CustomResourceDefinition"]
+    answer = apply(control_plane, crd, dry_run=True)
+    assert answer["metadata"]["labels"] == crd["metadata"]["labels"]
+    assert answer["spec"]["versions"] == crd["spec"]["versions"]
 
 
 def _manifest(**spec: Any) -> dict[str, Any]:

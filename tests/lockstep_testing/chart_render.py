@@ -8,11 +8,15 @@ from typing import Any
 
 import yaml
 
-__all__ = ["ALL_ON", "CHART_DIR", "NAMESPACE", "NAMESPACED", "RELEASE", "REPO", "Manifest", "Render", "documents", "find",
-           "one"]
+__all__ = ["ALL_ON", "CHART_DIR", "CRD_FILES", "NAMESPACE", "NAMESPACED", "RELEASE", "REPO", "Manifest", "Render",
+           "documents", "find", "one"]
 
 REPO = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO / "charts" / "lockstep"
+#: Every CRD file the chart ships: files/crds/ rendered by templates/crds.yaml (upgraded by `helm upgrade`;
+#: the MCPServerInterface CRD there is a copy of crds/ at the repository root), and kopf's peering CRDs in
+#: the chart's crds/ (installed once by Helm, before the templates).
+CRD_FILES = (*sorted((CHART_DIR / "files" / "crds").glob("*.yaml")), *sorted((CHART_DIR / "crds").glob("*.yaml")))
 RELEASE = "demo"
 NAMESPACE = "lockstep-system"
 

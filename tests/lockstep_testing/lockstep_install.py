@@ -30,8 +30,8 @@ __all__ = ["RELEASE", "SYSTEM_NAMESPACE", "Installation", "api_path", "apply", "
            "render_chart"]
 
 REPO = Path(__file__).resolve().parents[2]
-CRD_FILES = (REPO / "crds" / "mcpserverinterfaces.lockstep.dev.yaml",
-             REPO / "charts" / "lockstep" / "crds" / "kopfpeerings.kopf.dev.yaml")
+#: kopf's peering CRDs, which the chart keeps in crds/ (Helm creates them once, before the templates).
+PEERING_CRDS = REPO / "charts" / "lockstep" / "crds" / "kopfpeerings.kopf.dev.yaml"
 RELEASE = "lockstep"
 SYSTEM_NAMESPACE = "lockstep-system"
 SIDECAR_IMAGE = "ghcr.io/lockstep-dev/lockstep:envtest"
@@ -85,12 +85,16 @@ def apply(plane: ControlPlane, body: dict[str, Any], *, dry_run: bool = False) -
 
 
 def install_crds(plane: ControlPlane, timeout: float = 30.0) -> None:
-    """Create the CRDs as shipped and wait until the API server serves them (Established)."""
+    """Create the CRDs as the chart installs them, and wait until the API server serves them
+    (Established): kopf's peering CRDs from the chart's crds/, then the MCPServerInterface CRD as the
+    chart's template renders it (crds.install, the default; the root crds/ file plus the release's
+    labels and helm.sh/resource-policy: keep)."""
+    crds = [crd for crd in yaml.safe_load_all(PEERING_CRDS.read_text()) if crd]
+    crds += [body for body in render_chart() if body["kind"] == "CustomResourceDefinition"]
     names = []
-    for path in CRD_FILES:
-        for crd in yaml.safe_load_all(path.read_text()):
-            apply(plane, crd)
-            names.append(crd["metadata"]["name"])
+    for crd in crds:
+        apply(plane, crd)
+        names.append(crd["metadata"]["name"])
     deadline = time.monotonic() + timeout
     for name in names:
         while True:
