@@ -15,6 +15,7 @@ Wire form (JSON)::
      "bootTime": "2026-11-22T01:59:58Z",
      "sequence": 17,
      "sentAt": "2026-11-22T02:00:00Z",
+     "sidecarVersion": "0.2.0",                # the sidecar's Lockstep version (absent before 0.2.0)
      "proxy": {"withheld": [...], "dropped": 0}}  # only from a sidecar that runs the proxy (ProxyReport)
 
 The sidecar writes it with :func:`report_body`; the operator reads each part with its record's
@@ -45,6 +46,7 @@ from lockstep.core.model import DEFAULT_LIMITS, Interface, Limits
 
 __all__ = [
     "MAX_PROXY_ENTRIES",
+    "MAX_VERSION_LENGTH",
     "FailureReason",
     "Freshness",
     "Observation",
@@ -242,21 +244,32 @@ _BOOT_ID = re.compile(r"^[0-9a-f]{32}$")
 MAX_SEQUENCE = 2**53
 
 
+#: The longest ``sidecarVersion`` a report may carry (SemVer with a pre-release and build fits easily).
+MAX_VERSION_LENGTH = 64
+
+
 @dataclass(frozen=True)
 class Freshness:
-    """What makes a report impossible to replay: the sidecar process's random ``boot_id`` and start time,
-    and a ``sequence`` that grows with every send of that process, plus the send time. The operator
-    accepts a report only if it is newer than the last one it accepted from the same pod (same boot:
-    a higher sequence; another boot: a later boot time) and ``sent_at`` is within its clock-skew bound."""
+    """Who sent a report, and when. What makes a report impossible to replay: the sidecar process's random
+    ``boot_id`` and start time, and a ``sequence`` that grows with every send of that process, plus the send
+    time. The operator accepts a report only if it is newer than the last one it accepted from the same pod
+    (same boot: a higher sequence; another boot: a later boot time) and ``sent_at`` is within its clock-skew
+    bound. With them, the sender's build: ``sidecar_version``, Lockstep's version of the sidecar (None: not
+    sent, a sidecar older than 0.2.0), which the operator classifies by its version-skew policy
+    (lockstep.core.skew) and never judges by."""
 
     boot_id: str
     boot_time: str
     sequence: int
     sent_at: str
+    sidecar_version: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"bootId": self.boot_id, "bootTime": self.boot_time, "sequence": self.sequence,
-                "sentAt": self.sent_at}
+        body: dict[str, Any] = {"bootId": self.boot_id, "bootTime": self.boot_time, "sequence": self.sequence,
+                                "sentAt": self.sent_at}
+        if self.sidecar_version is not None:
+            body["sidecarVersion"] = self.sidecar_version
+        return body
 
     @classmethod
     def from_dict(cls, body: Any) -> Freshness:
@@ -271,7 +284,10 @@ class Freshness:
             raise ReportError("a report needs a sequence number (an integer from 0)")
         if not isinstance(boot_time, str) or not isinstance(sent_at, str):
             raise ReportError("a report needs bootTime and sentAt timestamps")
-        return cls(boot_id, boot_time, sequence, sent_at)
+        version = body.get("sidecarVersion")
+        if version is not None and (not isinstance(version, str) or len(version) > MAX_VERSION_LENGTH):
+            raise ReportError(f"sidecarVersion must be a string of at most {MAX_VERSION_LENGTH} characters")
+        return cls(boot_id, boot_time, sequence, sent_at, version)
 
 
 #: What a proxy may report it did with a component.

@@ -6,7 +6,7 @@ Labels are bounded: namespace and resource names, states, reasons; never a pod, 
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from aiohttp import web
 from lockstep.operator.judge import PodState
@@ -19,8 +19,10 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
-__all__ = ["REJECTION_REASONS", "Metrics"]
+__all__ = ["REJECTION_REASONS", "Metrics", "SidecarVersions"]
 
 REJECTION_REASONS = ("Unauthenticated", "UnknownPod", "UidMismatch", "NotSelected", "BadReport", "TooLarge",
                      "RateLimited", "Overloaded", "Replayed", "ClockSkew", "SlowBody", "NotWritten")
@@ -76,6 +78,12 @@ class Metrics:
             "lockstep_verdicts_unwritten",
             "Pods whose latest verdict has not landed yet (retried every write_retry_interval).",
             registry=self.registry)
+        self.crd_missing_fields = Gauge(
+            "lockstep_crd_missing_fields",
+            "Fields this operator writes or reads that the installed MCPServerInterface CRD lacks (the API server "
+            "prunes them), checked at start (lockstep.operator.crd_check); the log and an Event name them.",
+            registry=self.registry)
+        self.sidecar_versions = SidecarVersions(self.registry)
         self._finding_labels: dict[tuple[str, str], set[tuple[str, str, str]]] = {}
         self._clients: dict[tuple[str, str], set[str]] = {}
 
@@ -117,6 +125,27 @@ class Metrics:
             self.reports_rejected.labels(reason)
         for outcome in ("accepted", "rejected", "relayed"):
             self.report_duration.labels(outcome)
+
+
+class SidecarVersions(Collector):
+    """``lockstep_sidecar_versions{version, supported}``: the pods whose last report this replica judged, by
+    their sidecar's version and whether the version-skew policy supports it (lockstep.core.skew). Counted at
+    scrape time by ``source`` (lockstep.operator.skew_watch.SkewWatch.counts), which drops pods that are
+    gone; ``version`` is bounded there (at most MAX_VERSION_LABELS values, then ``other``)."""
+
+    NAME = "lockstep_sidecar_versions"
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.source: Callable[[], Mapping[tuple[str, str], int]] | None = None
+        registry.register(self)
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(self.NAME, "Pods by their Lockstep sidecar's version (none: a sidecar "
+                                   "older than 0.2.0), and whether the operator's version-skew policy supports it.",
+                                   labels=["version", "supported"])
+        for (version, supported), count in sorted((self.source() if self.source is not None else {}).items()):
+            family.add_metric([version, supported], count)
+        yield family
 
 
 def exposition(registry: CollectorRegistry) -> bytes:

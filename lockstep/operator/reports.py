@@ -29,6 +29,7 @@ from lockstep.operator.conditions import VerdictNotWritten
 from lockstep.operator.reconciler import DefinitionsRequired, Reconciler
 from lockstep.operator.relay import RELAYED_FOR_HEADER, RelayFailed, ReportRelay
 from lockstep.operator.report_limits import ConnectionLimit, RateLimiter, token_shaped
+from lockstep.operator.skew_watch import SkewWatch
 
 from lockstep.core.errors import InterfaceError
 from lockstep.core.model import loads_strict
@@ -187,6 +188,7 @@ class ReportServer:
         # source address gets a bucket of those (0 turns it off).
         self.sources = RateLimiter(config.source_rate, config.source_burst) if config.source_rate > 0 else None
         self.freshness = FreshnessBook(config.max_clock_skew)
+        self.skew = SkewWatch.of(reconciler, metrics)  # the version-skew policy: an Event and a metric, no verdict
         #: The report duration histogram's children by outcome (labels() looked up once: they are never removed).
         self._durations = {outcome: metrics.report_duration.labels(outcome)
                            for outcome in ("accepted", "rejected", "relayed")}
@@ -381,6 +383,7 @@ class ReportServer:
             if not self.reconciler.owns_pod(pod):
                 raise NotServing()  # handed over to another replica meanwhile: sent again, it goes there
             raise ReportRejected(403, "NotSelected", f"no MCPServerInterface selects pod {identity.pod_name}")
+        await self.skew.observe(pod, freshness.sidecar_version)  # judged as usual above, whatever the version
         # "digests": this operator takes digest-only reports (a sidecar never sends one to an operator that
         # does not say so, e.g. after a rollback: that operator would judge the digests as reported);
         # "approved": the proxy's gate, what it may let through.

@@ -12,6 +12,9 @@ owns its MCPServerInterface; one sent through the Service to another replica is
 relayed, a second HTTPS hop. The owner's answer names its address (``reportTo``),
 and the next report goes straight there, verified against the Service's
 certificate name as before. Any failure there sends the report through the Service.
+
+Every report carries this sidecar's Lockstep version (``sidecarVersion``), which the operator checks
+against its version-skew policy (docs/upgrades.md).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx2
+from lockstep import __version__
 from lockstep.sidecar.metrics import SidecarMetrics
 from lockstep.sidecar.proxy import WithheldLog
 
@@ -154,7 +158,7 @@ class Reporter:
         digests_only = observation.digest is not None and observation.digest == self._accepted
         direct, self.report_to = self.report_to, None  # kept only when the next answer names it again
         try:
-            freshness = Freshness(self.boot_id, self.boot_time, next(self._sequence), _utc_now())
+            freshness = Freshness(self.boot_id, self.boot_time, next(self._sequence), _utc_now(), __version__)
             body = report_body(observation, freshness, proxy, with_definitions=not digests_only)
             headers = {"Authorization": f"Bearer {self._read_token()}"}
             if direct is None:

@@ -36,6 +36,7 @@ from lockstep.operator.app import LockstepOperator
 from lockstep.operator.config import OperatorConfig
 from lockstep.operator.shard import LabelSelector
 
+import lockstep
 from lockstep.core import Interface
 from lockstep.core.errors import InterfaceError
 from lockstep.core.manifest import build_manifest
@@ -329,7 +330,8 @@ class Sidecar:
         """``body`` with the next freshness stamp (a test that replays keeps an earlier stamped body)."""
         self.sent += 1
         return {**body, **Freshness(self.boot_id, self.boot_time, self.sent,
-                                    datetime.datetime.now(datetime.UTC).isoformat()).to_dict()}
+                                    datetime.datetime.now(datetime.UTC).isoformat(),
+                                    lockstep.__version__).to_dict()}  # a sidecar of this version
 
     async def observe(self, mcp_url: str) -> Observation:
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
