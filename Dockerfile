@@ -1,7 +1,10 @@
 # syntax=docker/dockerfile:1
 # One image for both halves of Lockstep: `lockstep operator` and the injected `lockstep sidecar`.
 #
-#   docker build -t ghcr.io/lockstep-dev/lockstep:0.1.0 .
+#   docker build -t ghcr.io/lockstep-dev/lockstep:0.2.0 .
+#
+# The tag is the chart's appVersion, which is Lockstep's version (lockstep/__init__.py __version__; a test
+# keeps them and LOCKSTEP_VERSION below equal); tools/image/build.sh names the image the same way.
 #
 # The base is pinned by version tag (Python 3.11.7 on Debian 12 "bookworm", slim variant), not by
 # digest: a digest pin would be stronger but cannot be verified from this repository's CI, which has
@@ -33,6 +36,13 @@ RUN /opt/build/bin/python -m build --wheel --outdir /dist . \
 # Stage 2: the runtime. Only the venv and the user's passwd/group entries are copied (both stages have
 # the same base); no RUN, so no compiler, no pip, no build package, no source tree, no build-time mounts.
 FROM ${PYTHON_IMAGE} AS runtime
+# Lockstep's version, as `lockstep --version` prints it (tests/unit/test_version.py keeps the default equal to
+# lockstep.__version__); a release pipeline may pass the same value with --build-arg.
+ARG LOCKSTEP_VERSION=0.2.0
+LABEL org.opencontainers.image.title="lockstep" \
+      org.opencontainers.image.version="${LOCKSTEP_VERSION}" \
+      org.opencontainers.image.source="https://github.com/lockstep-dev/lockstep" \
+      org.opencontainers.image.licenses="Apache-2.0"
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PATH=/opt/lockstep/bin:$PATH

@@ -10,6 +10,7 @@ import pytest
 from helm_python.chart import Chart
 from lockstep_testing.chart_render import ALL_ON, NAMESPACE, NAMESPACED, Render, documents, one
 
+from lockstep import __version__
 from lockstep.cli import cli
 
 SCENARIOS = {"defaults": {}, "all-on": ALL_ON, "namespaced": NAMESPACED,
@@ -45,7 +46,7 @@ def test_arguments_carry_the_values(render: Render) -> None:
     assert params["namespaces"] == ("agents", "tools")
     assert params["peering_name"] == "demo-lockstep"
     assert params["sidecar_resources"] == {"limits": {"memory": "96Mi"}, "requests": {"cpu": "10m", "memory": "48Mi"}}
-    assert params["sidecar_image"] == "ghcr.io/lockstep-dev/lockstep:0.1.0"
+    assert params["sidecar_image"] == f"ghcr.io/lockstep-dev/lockstep:{__version__}"  # appVersion (test_version)
     assert params["token_expiration_seconds"] == 3600 and params["rate_burst"] == 10
     debug = parse_operator_args(operator_container(render(SCENARIOS["debug"]))["args"])
     assert debug["verbose"] is True and debug["peering_name"] is None

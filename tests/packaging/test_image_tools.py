@@ -17,8 +17,10 @@ import pytest
 import yaml
 from lockstep_testing.chart_render import REPO
 
+from lockstep import __version__
+
 TOOLS = REPO / "tools" / "image"
-NAME = "ghcr.io/lockstep-dev/lockstep:0.1.0"
+NAME = f"ghcr.io/lockstep-dev/lockstep:{__version__}"
 
 
 def load(name: str):
@@ -100,7 +102,7 @@ def test_name_adds_the_annotation_containerd_imports_by_and_keeps_the_rest(archi
     assert oci.main(["name", str(archive), NAME]) == 0
     (descriptor,) = read_index(archive)["manifests"]
     assert descriptor["annotations"] == {"io.containerd.image.name": NAME,
-                                         "org.opencontainers.image.ref.name": "0.1.0", "keep": "me"}
+                                         "org.opencontainers.image.ref.name": __version__, "keep": "me"}
     after = members(archive)
     assert after.keys() == before.keys()
     assert all(after[name] == before[name] for name in before if name != "index.json")  # blobs untouched
