@@ -17,6 +17,7 @@ from typing import Any
 import kopf
 from aiohttp import web
 from lockstep.operator.config import OperatorConfig
+from lockstep.operator.crd_check import check_crd
 from lockstep.operator.events import EventPoster
 from lockstep.operator.freshness import OperatorClock
 from lockstep.operator.kube import GROUP, PLURAL, VERSION, api_counts
@@ -153,6 +154,7 @@ class LockstepOperator:
         if info is None:
             raise kopf.PermanentError("no Kubernetes credentials (neither in-cluster nor a kubeconfig)")
         self._client = client = TrackedKubeClient(info, self.outage)
+        await check_crd(client, self.metrics.crd_missing_fields, EventPoster(client))  # logs, an Event, a gauge
         # With watched namespaces, the peering object is a KopfPeering in the operator's own namespace (never a
         # tenant's: whoever patches it decides the owners); cluster-wide, the ClusterKopfPeering.
         namespace = (self.config.own_namespace or self.config.namespaces[0]) if self.config.namespaces else None

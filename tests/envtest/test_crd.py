@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 from lockstep_testing.control_plane import ControlPlane, ControlPlaneError
-from lockstep_testing.lockstep_install import apply, render_chart
+from lockstep_testing.lockstep_install import Installation, apply, render_chart
 
 from lockstep.core import Interface
 from lockstep.core.manifest import build_manifest
@@ -79,3 +79,30 @@ def test_the_api_server_refuses_broken_manifests(crds_installed: ControlPlane, c
     with pytest.raises(ControlPlaneError, match="HTTP 4(22|00)") as refused:
         _dry_run(crds_installed, manifest)
     assert expected in str(refused.value)
+
+
+async def test_the_operator_finds_every_field_it_needs_in_the_installed_crd(lockstep: Installation) -> None:
+    """lockstep.operator.crd_check against the CRD as the chart installs it, under the chart's RBAC (get on
+    that one CRD): nothing missing, no Event."""
+    from lockstep.operator.crd_check import REASON, check_crd
+    from lockstep.operator.kube import KubeClient
+
+    class Seen:
+        value: float | None = None
+        posted: list[str] = []
+
+        def set(self, value: float) -> None:
+            self.value = value
+
+        async def post(self, ref: Any, type_: str, reason: str, message: str) -> bool:
+            self.posted.append(reason)
+            return True
+
+    client, seen = KubeClient(lockstep.plane.kopf_connection(lockstep.operator_token)), Seen()
+    try:
+        assert await check_crd(client, seen, seen) == []
+    finally:
+        await client.close()
+    assert seen.value == 0 and REASON not in seen.posted
+    gauge = lockstep.operator.operator.metrics.crd_missing_fields
+    assert gauge._value.get() == 0  # the running operator's own check at start
