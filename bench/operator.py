@@ -68,6 +68,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from lockstep_testing.kmock_support import Emulator, TokenBook, declare_resources, make_tls_files
 from lockstep_testing.loopback import host_address
 
+from lockstep import __version__
 from lockstep.core import Interface
 from lockstep.core.report import Freshness, Observation
 from lockstep.core.revision import Revision
@@ -305,7 +306,7 @@ def stamped(token: str, report: dict[str, Any]) -> bytes:
     """The report as a sidecar sends it: freshness with one boot per pod (its token) and a growing sequence."""
     now = datetime.datetime.now(datetime.UTC)
     freshness = Freshness(hashlib.sha256(token.encode()).hexdigest()[:32], BOOT_TIME, time.time_ns() // 1000,
-                          now.isoformat())
+                          now.isoformat(), sidecar_version=__version__)
     return json.dumps({**report, **freshness.to_dict()}).encode()
 
 

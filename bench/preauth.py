@@ -44,6 +44,7 @@ from lockstep_testing.kmock_support import Emulator, TokenBook, declare_resource
 
 from tables import print_table
 
+from lockstep import __version__
 from lockstep.core import Interface
 from lockstep.core.report import Freshness, Observation
 from lockstep.core.revision import Revision
@@ -82,7 +83,8 @@ class Genuine:
         self.sequence += 1
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {**Observation.of_interface(Interface.from_document(INTERFACE), now).to_dict(),
-                **Freshness("0123456789abcdef0123456789abcdef", self.boot, self.sequence, datetime.datetime.now(datetime.UTC).isoformat())
+                **Freshness("0123456789abcdef0123456789abcdef", self.boot, self.sequence,
+                            datetime.datetime.now(datetime.UTC).isoformat(), sidecar_version=__version__)
                 .to_dict()}
         started = time.perf_counter()
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=self.context)) as session, \
