@@ -15,6 +15,7 @@ import logging
 import time
 from collections import OrderedDict
 
+from lockstep.core.refusals import Refusal
 from lockstep.core.replay import ReportStamp, StampError, parse_moment
 from lockstep.core.report import Freshness
 
@@ -27,11 +28,12 @@ MAX_PODS = 200_000
 
 
 class StaleReport(Exception):
-    """A report that is not fresh: ``reason`` is Replayed or ClockSkew."""
+    """A report that is not fresh: Replayed or ClockSkew (``refusal``)."""
 
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
+        self.refusal = Refusal.REPLAYED if reason == "Replayed" else Refusal.CLOCK_SKEW
 
 
 def stamp_of(freshness: Freshness) -> ReportStamp:

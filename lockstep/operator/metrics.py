@@ -22,10 +22,12 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from lockstep.core.refusals import Refusal
+
 __all__ = ["REJECTION_REASONS", "Metrics", "SidecarVersions"]
 
-REJECTION_REASONS = ("Unauthenticated", "UnknownPod", "UidMismatch", "NotSelected", "BadReport", "TooLarge",
-                     "RateLimited", "Overloaded", "Replayed", "ClockSkew", "SlowBody", "NotWritten")
+#: The ``reason`` labels of ``lockstep_reports_rejected_total``: the counted refusals of lockstep.core.refusals.
+REJECTION_REASONS = Refusal.counted_reasons()
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 
 

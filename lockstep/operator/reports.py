@@ -34,6 +34,7 @@ from lockstep.operator.skew_watch import SkewWatch
 from lockstep.core.errors import InterfaceError
 from lockstep.core.model import loads_strict
 from lockstep.core.names import REPORT_PATH, TOKEN_AUDIENCE
+from lockstep.core.refusals import Refusal
 from lockstep.core.wire import AnswerVerdict, ReportAnswer
 from lockstep.core.report import Freshness, Observation, ProxyReport
 
@@ -52,18 +53,26 @@ REVIEW_QUEUE_WAIT = 2.0
 #: A token the API server refused is refused again without asking for this long (bounded cache).
 NEGATIVE_TTL = 30.0
 NEGATIVE_CACHE_SIZE = 20_000
-#: Refusals answered before the body is read (or after a read that was cut off): the connection is closed.
-CLOSE_AFTER = frozenset({401, 408, 413})
 #: Encoded answers kept (ReportServer._accepted).
 ANSWER_CACHE_SIZE = 1024
 
 
 class ReportRejected(Exception):
-    """A report the endpoint refuses: an HTTP status and a reason from docs/architecture.md."""
+    """A report the endpoint refuses: one of lockstep.core.refusals.Refusal, with a message for the sidecar's
+    log (and a Retry-After of its own where the refusal's depends on the moment)."""
 
-    def __init__(self, status: int, reason: str, message: str, *, retry_after: float | None = None) -> None:
+    def __init__(self, refusal: Refusal, message: str, *, retry_after: float | None = None) -> None:
         super().__init__(message)
-        self.status, self.reason, self.retry_after = status, reason, retry_after
+        self.refusal = refusal
+        self.retry_after = retry_after if retry_after is not None else refusal.retry_after
+
+    @property
+    def status(self) -> int:
+        return self.refusal.status
+
+    @property
+    def reason(self) -> str:
+        return self.refusal.reason
 
 
 class NotServing(Exception):
@@ -120,7 +129,7 @@ class TokenReviewer:
         try:
             await asyncio.wait_for(self._slots.acquire(), REVIEW_QUEUE_WAIT)
         except TimeoutError:
-            raise ReportRejected(503, "Overloaded", "too many token reviews in flight", retry_after=1.0) from None
+            raise ReportRejected(Refusal.OVERLOADED, "too many token reviews in flight", retry_after=1.0) from None
         try:
             self.reviews += 1
             status = await self._client.token_review(token, [AUDIENCE])
@@ -128,7 +137,7 @@ class TokenReviewer:
             raise  # answered 503 with Retry-After, not 401: the token may well be good
         except (KubeApiError, OSError) as error:
             logger.warning("TokenReview failed: %s", error)
-            raise ReportRejected(401, "Unauthenticated", "the token could not be reviewed") from None
+            raise ReportRejected(Refusal.UNAUTHENTICATED, "the token could not be reviewed") from None
         finally:
             self._slots.release()
         try:
@@ -157,16 +166,16 @@ def _remember(cache: OrderedDict[str, Any], key: str, value: Any, size: int) -> 
 
 def _identity(status: dict[str, Any]) -> Identity:
     if not status.get("authenticated"):
-        raise ReportRejected(401, "Unauthenticated", "the token is not valid")
+        raise ReportRejected(Refusal.UNAUTHENTICATED, "the token is not valid")
     audiences = status.get("audiences")
     if audiences is not None and AUDIENCE not in audiences:
-        raise ReportRejected(401, "Unauthenticated", f"the token is not meant for {AUDIENCE}")
+        raise ReportRejected(Refusal.UNAUTHENTICATED, f"the token is not meant for {AUDIENCE}")
     user = status.get("user") or {}
     username = str(user.get("username") or "")
     extra = user.get("extra") or {}
     names, uids = extra.get(POD_NAME_CLAIM) or [], extra.get(POD_UID_CLAIM) or []
     if not username.startswith(SERVICE_ACCOUNT_PREFIX) or not names or not uids:
-        raise ReportRejected(401, "Unauthenticated", "the token is not bound to a pod")
+        raise ReportRejected(Refusal.UNAUTHENTICATED, "the token is not bound to a pod")
     namespace = username[len(SERVICE_ACCOUNT_PREFIX):].split(":", 1)[0]
     return Identity(namespace, str(names[0]), str(uids[0]))
 
@@ -280,18 +289,16 @@ class ReportServer:
             # The API server is away (logged once per outage by lockstep.operator.outage): the verdict
             # could not be written, and the sidecar sends its report again after Retry-After.
             self.outage.answered_503 += 1
-            self.metrics.reports_rejected.labels("ApiUnavailable").inc()
-            return web.json_response({"reason": "ApiUnavailable",
-                                      "message": "the Kubernetes API is unreachable; send the report again"},
-                                     status=503, headers={"Retry-After": str(round(self.outage.retry_after()))})
+            return self._rejected(ReportRejected(Refusal.API_UNAVAILABLE, "the Kubernetes API is unreachable; send "
+                                                 "the report again", retry_after=self.outage.retry_after()))
         except ReportRejected as rejection:
             return self._rejected(rejection)
         except (VerdictNotWritten, KubeApiError) as error:
             # The verdict did not land (it is written again every write_retry_interval until it does): the
             # sidecar is told to send its report again; nothing it sent is lost.
             logger.warning("Report taken, verdict not written: %s", error)
-            return self._rejected(ReportRejected(503, "NotWritten", "the verdict could not be written yet; "
-                                                 "send the report again", retry_after=1.0))
+            return self._rejected(ReportRejected(Refusal.NOT_WRITTEN, "the verdict could not be written yet; "
+                                                 "send the report again"))
         finally:
             self._durations[outcome].observe(time.perf_counter() - started)
 
@@ -308,13 +315,9 @@ class ReportServer:
         return web.Response(body=body, status=202, content_type="application/json", charset="utf-8")
 
     def _rejected(self, rejection: ReportRejected) -> web.Response:
-        self.metrics.reports_rejected.labels(rejection.reason).inc()
-        headers = {"Retry-After": str(max(1, round(rejection.retry_after)))} if rejection.retry_after else None
-        response = web.json_response({"reason": rejection.reason, "message": str(rejection)},
-                                     status=rejection.status, headers=headers)
-        if rejection.status in CLOSE_AFTER:
-            response.force_close()  # the body it declared is never read: the connection ends with the answer
-        return response
+        if rejection.refusal.value.counted:
+            self.metrics.reports_rejected.labels(rejection.reason).inc()
+        return _refusal_response(rejection)
 
     async def _pass_on(self, request: web.Request, endpoint: str | None) -> web.Response:
         """A report for a pod another replica owns goes to that replica, once."""
@@ -348,26 +351,26 @@ class ReportServer:
     async def _judge(self, request: web.Request) -> ReportAnswer:
         length = request.content_length
         if length is not None and length > self.config.body_limit:
-            raise ReportRejected(413, "TooLarge", f"the report is larger than {self.config.body_limit} bytes")
+            raise ReportRejected(Refusal.TOO_LARGE, f"the report is larger than {self.config.body_limit} bytes")
         token = _bearer(request)
         if not self.reviewer.known(token) and not token_shaped(token):
-            raise ReportRejected(401, "Unauthenticated", "the bearer token is not a service-account token")
+            raise ReportRejected(Refusal.UNAUTHENTICATED, "the bearer token is not a service-account token")
         if self.sources is not None and not self.reviewer.known(token):
             wait = self.sources.admit(self._source(request))
             if wait:
-                raise ReportRejected(429, "RateLimited", "too many unknown tokens from this address",
+                raise ReportRejected(Refusal.RATE_LIMITED, "too many unknown tokens from this address",
                                      retry_after=wait)
         identity = await self.reviewer.identify(token)
         wait = self.limiter.admit(identity.pod_uid)
         if wait:
-            raise ReportRejected(429, "RateLimited", "too many reports from this pod", retry_after=wait)
+            raise ReportRejected(Refusal.RATE_LIMITED, "too many reports from this pod", retry_after=wait)
         pod = self.reconciler.cache.pod(identity.namespace, identity.pod_name)
         if pod is None or pod.deleting:
-            raise ReportRejected(404, "UnknownPod", f"pod {identity.namespace}/{identity.pod_name} does not exist")
+            raise ReportRejected(Refusal.UNKNOWN_POD, f"pod {identity.namespace}/{identity.pod_name} does not exist")
         if pod.uid != identity.pod_uid:
-            raise ReportRejected(403, "UidMismatch", f"pod {identity.pod_name} has another uid than the token's")
+            raise ReportRejected(Refusal.UID_MISMATCH, f"pod {identity.pod_name} has another uid than the token's")
         if not self.reconciler.selecting(pod):
-            raise ReportRejected(403, "NotSelected", f"no MCPServerInterface selects pod {identity.pod_name}")
+            raise ReportRejected(Refusal.NOT_SELECTED, f"no MCPServerInterface selects pod {identity.pod_name}")
         if not self.reconciler.owns_pod(pod):
             raise Misrouted(self._owner_endpoint(pod))
         observation, freshness, proxy = parse_report(
@@ -378,11 +381,11 @@ class ReportServer:
             # guarded by resourceVersion that meets a newer pod reads it first).
             verdict = await self.reconciler.accept(pod, observation, proxy, stamp=stamp)
         except StaleReport as stale:
-            raise ReportRejected(409 if stale.reason == "Replayed" else 400, stale.reason, str(stale)) from None
+            raise ReportRejected(stale.refusal, str(stale)) from None
         if verdict is None:
             if not self.reconciler.owns_pod(pod):
                 raise NotServing()  # handed over to another replica meanwhile: sent again, it goes there
-            raise ReportRejected(403, "NotSelected", f"no MCPServerInterface selects pod {identity.pod_name}")
+            raise ReportRejected(Refusal.NOT_SELECTED, f"no MCPServerInterface selects pod {identity.pod_name}")
         await self.skew.observe(pod, freshness.sidecar_version)  # judged as usual above, whatever the version
         # "digests": this operator takes digest-only reports (a sidecar never sends one to an operator that
         # does not say so, e.g. after a rollback: that operator would judge the digests as reported);
@@ -400,16 +403,23 @@ class ReportServer:
 
 
 def _not_serving() -> web.Response:
-    response = web.json_response({"reason": "NotServing", "message": "this replica does not serve reports now"},
-                                 status=503, headers={"Retry-After": "1"})
-    response.force_close()  # the retry opens a new connection, which the Service may send to another replica
+    # Closed with the answer: the retry opens a new connection, which the Service may send to another replica.
+    return _refusal_response(ReportRejected(Refusal.NOT_SERVING, "this replica does not serve reports now"))
+
+
+def _refusal_response(rejection: ReportRejected) -> web.Response:
+    headers = {"Retry-After": str(max(1, round(rejection.retry_after)))} if rejection.retry_after else None
+    response = web.json_response({"reason": rejection.reason, "message": str(rejection)},
+                                 status=rejection.status, headers=headers)
+    if rejection.refusal.closes:
+        response.force_close()  # a body it never read, or a retry that should take a new connection
     return response
 
 
 def _bearer(request: web.Request) -> str:
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
-        raise ReportRejected(401, "Unauthenticated", "a bearer token is required")
+        raise ReportRejected(Refusal.UNAUTHENTICATED, "a bearer token is required")
     return token.strip()
 
 
@@ -419,9 +429,9 @@ async def _read_body(request: web.Request, limit: int, timeout: float) -> bytes:
     try:
         return await asyncio.wait_for(request.read(), timeout)
     except web.HTTPRequestEntityTooLarge:
-        raise ReportRejected(413, "TooLarge", f"the report is larger than {limit} bytes") from None
+        raise ReportRejected(Refusal.TOO_LARGE, f"the report is larger than {limit} bytes") from None
     except TimeoutError:
-        raise ReportRejected(408, "SlowBody", f"the body did not arrive within {timeout:g}s") from None
+        raise ReportRejected(Refusal.SLOW_BODY, f"the body did not arrive within {timeout:g}s") from None
 
 
 def parse_report(raw: bytes) -> tuple[Observation, Freshness, ProxyReport | None]:
@@ -431,6 +441,6 @@ def parse_report(raw: bytes) -> tuple[Observation, Freshness, ProxyReport | None
         body = loads_strict(raw)
         return Observation.from_dict(body), Freshness.from_dict(body), ProxyReport.from_dict(body)
     except (ValueError, json.JSONDecodeError) as error:
-        raise ReportRejected(400, "BadReport", f"the body is not JSON: {error}"[:300]) from None
+        raise ReportRejected(Refusal.BAD_REPORT, f"the body is not JSON: {error}"[:300]) from None
     except InterfaceError as error:  # ReportError, or a NaN in the JSON
-        raise ReportRejected(400, "BadReport", str(error)[:300]) from None
+        raise ReportRejected(Refusal.BAD_REPORT, str(error)[:300]) from None

@@ -39,6 +39,7 @@ from lockstep.sidecar.proxy import WithheldLog
 
 from lockstep.core.digest import InterfaceDigest
 from lockstep.core.names import REPORT_PATH
+from lockstep.core.refusals import Refusal, SidecarAction, retried_statuses
 from lockstep.core.report import FailureReason, Freshness, Observation, ProxyReport, report_body
 from lockstep.core.wire import AnswerVerdict, ApprovedComponents, ReportAnswer
 
@@ -46,15 +47,16 @@ __all__ = ["Delivery", "Reporter", "next_retry"]
 
 logger = logging.getLogger("lockstep.sidecar")
 
-#: The operator could not take the report now: count it as failed and retry.
-RETRIED_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+#: The operator could not take the report now: count it as failed and retry (lockstep.core.refusals' table,
+#: and the answers of a gateway between).
+RETRIED_STATUSES = retried_statuses(SidecarAction.RETRY)
 #: The operator holds no definitions for a digest-only report: the full report goes at once.
 DEFINITIONS_REQUIRED = 428
 #: The operator's body limit: the observation is reported again as an invalid interface.
-TOO_LARGE = 413
+TOO_LARGE = Refusal.TOO_LARGE.status
 #: Refusals that can be transient: the operator's cache has not seen the new pod (404) or its
 #: MCPServerInterface (403) yet, or a TokenReview failed (401). Counted as rejected, retried.
-RETRIED_REJECTIONS = frozenset({401, 403, 404})
+RETRIED_REJECTIONS = retried_statuses(SidecarAction.RETRY_REJECTED)
 #: A replica named by ``reportTo`` that does not accept a connection this soon is given up for the Service.
 DIRECT_CONNECT_TIMEOUT = 2.0
 #: A replica's address that failed is not tried again for this long, whatever the answers name: a path

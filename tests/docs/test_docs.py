@@ -124,3 +124,28 @@ def _definitions(interface: object, digest: object) -> list[object]:
     """Each component's definition, in the order of the digest's components."""
     by_key = {(component.kind, component.name): component.definition for component in interface.components}  # type: ignore[attr-defined]
     return [by_key[(component.kind, component.name)] for component in digest.components]  # type: ignore[attr-defined]
+
+
+def test_the_report_refusals_table_is_the_code_s() -> None:
+    """docs/operator.md's table of the report endpoint's answers names each refusal of
+    lockstep.core.refusals with its status (issue 27 item 3: one table, read by code and docs alike)."""
+    from lockstep.core.refusals import Refusal
+
+    text = (ROOT / "docs" / "operator.md").read_text()
+    section = text[text.index("`POST /v1/reports`"):]
+    section = section[:section.index("\n\n", section.index("| check | answer |"))]
+    documented: dict[str, set[int]] = {}
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not line.startswith("|"):
+            continue
+        statuses = {int(status) for status in re.findall(r"\b([45]\d\d)\b", cells[1])}
+        for reason in re.findall(r"`([A-Z][A-Za-z]+)`", cells[2]) or re.findall(r'"reason": "([A-Za-z]+)"', cells[1]):
+            documented.setdefault(reason, set()).update(statuses)
+    documented.setdefault("NotServing", set()).update({503} if "| 503 + `Retry-After: 1` | |" in section else set())
+    for refusal in Refusal:
+        if refusal is Refusal.NOT_SERVING:
+            continue  # documented as "this replica is syncing or stands by" (not a counted reason)
+        assert refusal.reason in documented, f"docs/operator.md does not document {refusal.reason}"
+        assert refusal.status in documented[refusal.reason], (refusal.reason, documented[refusal.reason])
+    assert set(documented) - {r.reason for r in Refusal} <= {"DefinitionsRequired"}, set(documented)
