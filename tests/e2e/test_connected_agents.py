@@ -160,6 +160,13 @@ class _Agent:
                                  "error": f"no output; stderr: {''.join(self.stderr)[-300:]}"}]
 
 
+def _reachable(ip: str, port: int) -> bool:
+    """Whether a TCP connection to ``ip:port`` from the node's network namespace is accepted."""
+    probe = f"import socket; socket.create_connection(({ip!r}, {port}), timeout=1).close()"
+    return subprocess.run(["nsenter", f"--net={NETNS}", sys.executable, "-c", probe], capture_output=True,
+                          timeout=10).returncode == 0
+
+
 def _in_node(command: list[str]) -> _Agent:
     return _Agent(command)
 
@@ -226,6 +233,8 @@ def test_no_connected_agent_gets_a_poisoned_answer_in_isolate_or_quarantine(clus
         assert ("lockstep-mcp" in ports) is (app != apps["Audit"]), (app, ports)
     ips = {mode: cluster.core.read_namespaced_service(app, cluster.namespace).spec.cluster_ip
            for mode, app in apps.items()}
+    for mode, ip in ips.items():  # kube-proxy programs a new Service's rules a moment after its endpoints
+        eventually(lambda ip=ip: _reachable(ip, 8080), f"the ClusterIP of {apps[mode]} answering", interval=0.2)
 
     started = time.time()
     agents = {(mode, kind): _agent(kind, ips[mode], HOLD) for mode in MODES for kind in CLIENTS}
