@@ -5,7 +5,7 @@ pod start-up and deletion, and what the sidecar and the operator cost in memory.
     export KUBECONFIG=$HOME/.cache/realnode/run/kubeconfig
     .venv/bin/python bench/realnode.py --trials 10
 
-Needs a cluster with Lockstep installed and its image loaded (ghcr.io/lockstep-dev/lockstep:0.1.0, or
+Needs a cluster with Lockstep installed and its image loaded (the chart's, repository:appVersion, or
 --image). The "through the ClusterIP" figure connects from the node's network namespace
 (/run/netns/realnode, ../shared/realnode) and needs root; elsewhere (kind) it is left out.
 
@@ -13,8 +13,11 @@ What is measured, per trial, with the host's clock (pods share it on one node):
 - rug pull -> EndpointSlice: the server (examples/weather_server.py) is sent SIGUSR1 inside its pod,
   which rewrites a tool and sends list_changed; until the pod's EndpointSlice entry turns not ready,
   seen by a watch.
-- rug pull -> ClusterIP cut: until the first TCP connection to the pod's Service (one pod behind it)
-  is refused by kube-proxy's rules, probed every 5 ms from the node's network namespace.
+- rug pull -> ClusterIP cut: until the first TCP connection to the pod's Service (one pod behind it, its
+  targetPort the sidecar's in-line proxy, lockstep-mcp) is refused by kube-proxy's rules, probed every 5 ms
+  from the node's network namespace.
+- rug pull -> status: until the MCPServerInterface's status counts the pod drifted (what `kubectl get mcpi`
+  and `lockstep approve` read), seen by a watch.
 - create -> Ready: a pod of the e2e weather server created until its Ready condition is seen, with the
   sidecar (opted-in namespace, interface approved) and without it (plain namespace, a TCP readiness
   probe every second: "the app answers").
@@ -65,6 +68,15 @@ print(time.time(), flush=True)
 """
 
 
+def chart_image() -> str:
+    """The image the chart installs: values.yaml's image.repository and Chart.yaml's appVersion."""
+    import yaml
+
+    chart = yaml.safe_load((REPO / "charts" / "lockstep" / "Chart.yaml").read_text())
+    values = yaml.safe_load((REPO / "charts" / "lockstep" / "values.yaml").read_text())
+    return f"{values['image']['repository']}:{chart['appVersion']}"
+
+
 def percentile(values: list[float], fraction: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(fraction * (len(ordered) - 1))))]
@@ -110,11 +122,14 @@ class Bench:
 
     def pod(self, namespace: str, name: str, labels: dict[str, str], *, example: bool,
             readiness: bool = False) -> dict[str, Any]:
-        command = (["python", "/app/server.py", "--host", "0.0.0.0", "--port", "8080"] if example
+        # With the sidecar (enforcement Isolate) the server listens on 127.0.0.1 and agents reach it through the
+        # sidecar's in-line proxy (lockstep-mcp); without it, on every address, with a TCP readiness probe.
+        host = "0.0.0.0" if readiness else "127.0.0.1"
+        command = (["python", "/app/server.py", "--host", host, "--port", "8080"] if example
                    else ["python", "/app/server.py"])
         container: dict[str, Any] = {
             "name": "mcp", "image": self.image, "imagePullPolicy": "IfNotPresent", "command": command,
-            "env": [{"name": "HOST", "value": "0.0.0.0"}], "ports": [{"name": "mcp", "containerPort": 8080}],
+            "env": [{"name": "HOST", "value": host}], "ports": [{"name": "mcp", "containerPort": 8080}],
             "volumeMounts": [{"name": "app", "mountPath": "/app"}]}
         if readiness:
             container["readinessProbe"] = {"tcpSocket": {"port": 8080}, "periodSeconds": 1}
@@ -160,12 +175,24 @@ class Bench:
                 watch.stop()
                 return
 
+    def status_drifted(self, out: dict[str, float], armed: threading.Event) -> None:
+        """When the resource's status first counts a drifted pod (what `kubectl get mcpi` and `lockstep approve`
+        read), after the pull."""
+        watch = self.k8s.watch.Watch()
+        for event in watch.stream(self.custom.list_namespaced_custom_object, GROUP, VERSION, BENCH_NS, PLURAL,
+                                  field_selector="metadata.name=rug", timeout_seconds=90):
+            pods = ((event["object"].get("status") or {}).get("pods") or {})
+            if armed.is_set() and pods.get("drifted", 0) >= 1:
+                out["status"] = time.time()
+                watch.stop()
+                return
+
     # ------------------------------------------------------------------ phases
 
     def rug_pull(self, trial: int) -> dict[str, float]:
         name = f"rug-{trial}"
         self.core.create_namespaced_service(BENCH_NS, {"metadata": {"name": name}, "spec": {
-            "selector": {"trial": name}, "ports": [{"port": 8080, "targetPort": 8080}]}})
+            "selector": {"trial": name}, "ports": [{"port": 8080, "targetPort": "lockstep-mcp"}]}})
         self.core.create_namespaced_pod(BENCH_NS, self.pod(BENCH_NS, name, {"bench": "rug", "trial": name},
                                                            example=True))
         self.wait_ready(BENCH_NS, name)
@@ -174,6 +201,8 @@ class Bench:
         armed = threading.Event()
         watcher = threading.Thread(target=self.endpoint_not_ready, args=(name, times, armed), daemon=True)
         watcher.start()
+        status_watcher = threading.Thread(target=self.status_drifted, args=(times, armed), daemon=True)
+        status_watcher.start()
         cut = None
         if NETNS.exists() and shutil.which("nsenter"):
             cut = subprocess.Popen(["nsenter", f"--net={NETNS}", sys.executable, "-c", CUT_PROBE, cluster_ip, "8080"],
@@ -190,7 +219,8 @@ class Bench:
                         stderr=True, stdin=False, stdout=True, tty=False)
         pulled = float(str(output).strip().splitlines()[-1])
         watcher.join(timeout=60)
-        result = {"endpointslice": times["endpointslice"] - pulled} if "endpointslice" in times else {}
+        status_watcher.join(timeout=60)
+        result = {key: times[key] - pulled for key in ("endpointslice", "status") if key in times}
         if cut is not None:
             with contextlib.suppress(subprocess.TimeoutExpired, ValueError):
                 line, _ = cut.communicate(timeout=60)
@@ -238,7 +268,7 @@ def row(name: str, values: list[float], unit: str, goal: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=10)
-    parser.add_argument("--image", default=os.environ.get("LOCKSTEP_E2E_IMAGE", "ghcr.io/lockstep-dev/lockstep:0.1.0"))
+    parser.add_argument("--image", default=os.environ.get("LOCKSTEP_E2E_IMAGE", chart_image()))
     parser.add_argument("--keep", action="store_true", help="leave the bench namespaces behind")
     parser.add_argument("--start-server", choices=("e2e", "example"), default="example",
                         help="server of the start/delete pods: examples/weather_server.py announces listChanged, "
@@ -250,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     bench = Bench(args.image)
     bench.setup()
-    endpointslice, clusterip, ready = [], [], {True: [], False: []}
+    endpointslice, clusterip, status_lag, ready = [], [], [], {True: [], False: []}
     deletion: dict[bool, list[float]] = {True: [], False: []}
     memory: dict[str, list[float]] = {}
     try:
@@ -258,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
             result = bench.rug_pull(trial)
             endpointslice += [result["endpointslice"]] if "endpointslice" in result else []
             clusterip += [result["clusterip"]] if "clusterip" in result else []
+            status_lag += [result["status"]] if "status" in result else []
             print(f"rug pull {trial}: {result}", file=sys.stderr)
         for trial in range(args.trials):
             for with_sidecar in (True, False):
@@ -279,6 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| figure | n | p50 | p95 | max | goal |\n| --- | --- | --- | --- | --- | --- |")
     print(row("rug pull -> EndpointSlice not ready", endpointslice, "s", "p95 < 1 s"))
     print(row("rug pull -> ClusterIP refuses", clusterip, "s", "p95 < 1 s"))
+    print(row("rug pull -> the resource's status counts it drifted", status_lag, "s", "< 1 s"))
     print(row("create -> Ready, with the sidecar", ready[True], "s", ""))
     print(row("create -> Ready, without (TCP readiness probe, 1 s)", ready[False], "s", ""))
     print(row("delete -> gone, with the sidecar", deletion[True], "s", ""))
