@@ -254,6 +254,13 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
         """Write the pod's verdict again if the pod, as the API server has it now, does not carry it (a late
         watch event costs one read, a foreign write one read and the write); a write that fails is left to
         retry_unwritten."""
+        lock = self._locks.get(key)
+        if lock is not None and lock.locked():
+            async with lock:  # a write in flight: the event was of the pod before it, the write's answer decides
+                pass
+            pod, track = self.cache.pod(*key), self.tracks.get(key)
+            if pod is None or track is None or condition_of(pod) == track.written:
+                return
         with contextlib.suppress(VerdictNotWritten, ApiUnavailable, StaleReport):
             try:
                 fresh = PodRecord.from_body(await self.client.get(f"/api/v1/namespaces/{key[0]}/pods/{key[1]}"))
