@@ -145,6 +145,11 @@ class Rig:
     async def call(self, method: str, path: str, body: Any = None) -> Any:
         return await asyncio.to_thread(self.plane.call, method, path, body)
 
+    async def merge_patch(self, path: str, body: Any) -> Any:
+        """A change of some fields, as `kubectl patch --type merge` makes it (no resourceVersion to race the
+        operator's status writes with)."""
+        return await asyncio.to_thread(self.plane.call, "PATCH", path, body, content_type="application/merge-patch+json")
+
     def rug_pull(self) -> None:
         self.drifter.server.update_tool("get_forecast", description=POISON)
 
@@ -312,16 +317,12 @@ async def test_an_api_outage_of_three_minutes(rig: Rig) -> None:
     assert operator.popen.poll() is None
     assert operator.healthz() == 200
     # The watches live: a spec change after the outage reaches the operator (a watch event, no report).
-    resource = await rig.call("GET", api_path("MCPServerInterface", rig.namespace, "weather"))
-    resource["spec"]["enforcement"] = "Audit"
     changed = time.monotonic()
-    await rig.call("PUT", api_path("MCPServerInterface", rig.namespace, "weather"), resource)
+    await rig.merge_patch(api_path("MCPServerInterface", rig.namespace, "weather"), {"spec": {"enforcement": "Audit"}})
     rig.rug_pull()
     await rig.log.first("drifter", "True", changed, 30)  # Audit: True, "audit only, would be ..."
     assert rig.log.now("drifter") == ("True", "Audit")
-    resource = await rig.call("GET", api_path("MCPServerInterface", rig.namespace, "weather"))
-    resource["spec"]["enforcement"] = "Isolate"
-    await rig.call("PUT", api_path("MCPServerInterface", rig.namespace, "weather"), resource)
+    await rig.merge_patch(api_path("MCPServerInterface", rig.namespace, "weather"), {"spec": {"enforcement": "Isolate"}})
     await rig.put_back()
 
 
