@@ -98,8 +98,8 @@ def install_crds(plane: ControlPlane, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     for name in names:
         while True:
-            conditions = plane.call("GET", api_path("CustomResourceDefinition", name=name)).get("status", {})
-            if any(c["type"] == "Established" and c["status"] == "True" for c in conditions.get("conditions", [])):
+            status = plane.call("GET", api_path("CustomResourceDefinition", name=name)).get("status") or {}
+            if any(c["type"] == "Established" and c["status"] == "True" for c in status.get("conditions") or []):
                 break
             if time.monotonic() > deadline:
                 raise ControlPlaneError(f"CRD {name} not Established after {timeout:.0f}s")
