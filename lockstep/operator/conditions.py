@@ -97,16 +97,9 @@ class ConditionWrites:
             raise  # a True of a report older than the pod's recorded one: the report is refused, nothing kept
         except Exception as error:
             # Not written: the pod keeps the condition it carries, and the verdict is judged and written
-            # again (retry_unwritten, every write_retry_interval) until it lands or the pod is gone, with
-            # its Events. Fail closed: a False that did not land is never forgotten.
+            # again with its Events.
             track.verdict = previous
-            self.unwritten.add(pod.key)
-            self.metrics.verdict_writes_failed.inc()
-            if isinstance(error, ApiUnavailable):
-                raise
-            logger.warning("Pod %s/%s: the verdict %s/%s was not written (%s); retrying",
-                           pod.namespace, pod.name, verdict.status, verdict.reason.value, error)
-            raise VerdictNotWritten(f"pod {pod.namespace}/{pod.name}: {error}") from error
+            raise self._not_written(pod, verdict, error) from error
         self.unwritten.discard(pod.key)
         if not wrote:
             return
@@ -133,16 +126,25 @@ class ConditionWrites:
         try:
             wrote = await self._write_condition(pod.key, verdict)
         except Exception as error:
-            self.unwritten.add(pod.key)
-            self.metrics.verdict_writes_failed.inc()
-            if isinstance(error, ApiUnavailable):
-                raise
-            raise VerdictNotWritten(f"pod {pod.namespace}/{pod.name}: {error}") from error
+            raise self._not_written(pod, verdict, error) from error
         self.unwritten.discard(pod.key)
         if wrote:
             track.written = verdict.condition
             await self.events.post(pod_ref(pod.namespace, pod.name, pod.uid), "Warning", verdict.reason.value,
                                    verdict.message)
+
+    def _not_written(self, pod: PodRecord, verdict: Verdict, error: Exception) -> Exception:
+        """Record a verdict whose write failed, and what to raise: the pod goes to ``unwritten``, written
+        again every write_retry_interval (retry_unwritten) until it lands or the pod is gone: fail closed,
+        a False that did not land is never forgotten. An outage stays ApiUnavailable (logged once by
+        lockstep.operator.outage); any other error becomes VerdictNotWritten."""
+        self.unwritten.add(pod.key)
+        self.metrics.verdict_writes_failed.inc()
+        if isinstance(error, ApiUnavailable):
+            return error
+        logger.warning("Pod %s/%s: the verdict %s/%s was not written (%s); retrying",
+                       pod.namespace, pod.name, verdict.status, verdict.reason.value, error)
+        return VerdictNotWritten(f"pod {pod.namespace}/{pod.name}: {error}")
 
     async def _write_condition(self, key: Key, verdict: Verdict) -> bool:
         """Merge-patch pods/status with the full conditions list (a merge patch replaces lists), guarded

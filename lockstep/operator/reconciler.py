@@ -261,13 +261,16 @@ class Reconciler(Intake, ConditionWrites, StatusWriter, Quarantine, Restore):
             pod, track = self.cache.pod(*key), self.tracks.get(key)
             if pod is None or track is None or condition_of(pod) == track.written:
                 return
-        with contextlib.suppress(VerdictNotWritten, ApiUnavailable, StaleReport):
-            try:
-                fresh = PodRecord.from_body(await self.client.get(f"/api/v1/namespaces/{key[0]}/pods/{key[1]}"))
-            except KubeApiError as error:
-                if error.status == 404:
-                    return
-                raise VerdictNotWritten(str(error)) from error
+        try:
+            fresh = PodRecord.from_body(await self.client.get(f"/api/v1/namespaces/{key[0]}/pods/{key[1]}"))
+        except KubeApiError as error:
+            if error.status != 404:
+                self.unwritten.add(key)  # judged and written again by retry_unwritten: fail closed
+            return
+        except ApiUnavailable:
+            self.unwritten.add(key)
+            return
+        with contextlib.suppress(VerdictNotWritten, ApiUnavailable, StaleReport):  # a failed write is in unwritten
             track = self.tracks.get(key)
             if track is None or fresh.uid != track.uid:
                 return

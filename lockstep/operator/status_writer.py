@@ -79,13 +79,12 @@ class StatusWriter:
             async with slots:
                 try:
                     await self._write_status(record)
-                except ApiUnavailable:
-                    self._dirty.add(key)  # the outage is logged once, by lockstep.operator.outage
-                    self._urgent.add(key) if key in urgent else None
                 except (KubeApiError, OSError) as error:
-                    logger.warning("Cannot write the status of %s/%s: %s", *key, error)
-                    self._dirty.add(key)
-                    self._urgent.add(key) if key in urgent else None
+                    if not isinstance(error, ApiUnavailable):  # an outage is logged once, by lockstep.operator.outage
+                        logger.warning("Cannot write the status of %s/%s: %s", *key, error)
+                    self._dirty.add(key)  # written at a later flush, urgent still if it was
+                    if key in urgent:
+                        self._urgent.add(key)
 
         await asyncio.gather(*(flush(key) for key in dirty))
 

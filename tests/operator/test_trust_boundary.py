@@ -236,6 +236,33 @@ async def test_an_earlier_verified_written_back_on_a_tracked_pod_is_overwritten(
         await wait_verdict(kmock, "p1", ("False", "InterfaceChanged"))
 
 
+async def test_a_foreign_condition_is_overwritten_even_when_reading_the_pod_fails(
+        kmock: Emulator, tokens: TokenBook, tls_files: TlsFiles) -> None:
+    """The read that tells a foreign write from a late event fails (500): the pod is not left carrying the
+    foreign True; it goes to the retried writes and gets the verdict back."""
+    await create_objects(kmock, make_resource([GOOD]), make_pod("p1"))
+    async with run_operator(kmock, operator_config(tls_files, write_retry_interval=0.2)) as operator:
+        sidecar = sidecar_for(operator, tokens, tls_files, "p1")
+        assert (await sidecar.post(_report(GOOD)))[0] == 202
+        verified = dict(next(c for c in pod_of(kmock, "p1")["status"]["conditions"]
+                             if c["type"] == "lockstep.dev/interface-verified"))
+        assert (await sidecar.post(_report(BAD)))[1]["verdict"]["reason"] == "InterfaceChanged"
+        reconciler = operator.operator.reconciler
+        assert reconciler is not None
+        original, failed = reconciler.client.get, []
+
+        async def failing_read(path: str) -> Any:
+            if "/pods/" in path and not failed:
+                failed.append(path)
+                raise KubeApiError(500, "injected 500")
+            return await original(path)
+
+        reconciler.client.get = failing_read  # type: ignore[method-assign]
+        await _foreign_status_patch(kmock, "p1", verified)
+        await wait_for(lambda: failed)
+        await wait_verdict(kmock, "p1", ("False", "InterfaceChanged"))
+
+
 async def test_a_true_written_on_a_silent_pod_is_overwritten(
         kmock: Emulator, tokens: TokenBook, tls_files: TlsFiles) -> None:
     """F2b: the sidecar is silenced (a NetworkPolicy the deployer may create), the pod goes ReportStale,
