@@ -77,10 +77,14 @@ class Refusal(enum.Enum):
     def retry_after(self) -> float | None:
         return self.value.retry_after
 
+    @property
+    def counted(self) -> bool:
+        return self.value.counted
+
     @classmethod
     def counted_reasons(cls) -> tuple[str, ...]:
         """The ``reason`` label values of ``lockstep_reports_rejected_total``."""
-        return tuple(refusal.reason for refusal in cls if refusal.value.counted)
+        return tuple(refusal.reason for refusal in cls if refusal.counted)
 
 
 #: Answers of something between the sidecar and the operator (a proxy, a load balancer): retried.

@@ -129,7 +129,7 @@ class TokenReviewer:
         try:
             await asyncio.wait_for(self._slots.acquire(), REVIEW_QUEUE_WAIT)
         except TimeoutError:
-            raise ReportRejected(Refusal.OVERLOADED, "too many token reviews in flight", retry_after=1.0) from None
+            raise ReportRejected(Refusal.OVERLOADED, "too many token reviews in flight") from None
         try:
             self.reviews += 1
             status = await self._client.token_review(token, [AUDIENCE])
@@ -315,7 +315,7 @@ class ReportServer:
         return web.Response(body=body, status=202, content_type="application/json", charset="utf-8")
 
     def _rejected(self, rejection: ReportRejected) -> web.Response:
-        if rejection.refusal.value.counted:
+        if rejection.refusal.counted:
             self.metrics.reports_rejected.labels(rejection.reason).inc()
         return _refusal_response(rejection)
 
