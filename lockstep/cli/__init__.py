@@ -14,7 +14,6 @@ reported on stderr, so that a misspelt setting in CI is never silently dropped.
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import os
 import sys
@@ -23,20 +22,26 @@ from typing import Any
 import click
 
 from lockstep import __version__
-from lockstep.cli.approve import approve_command
 from lockstep.cli.commands import EXIT_ERROR, diff_command, hash_command, snapshot_command, verify_command
-from lockstep.cli.proxy import proxy_command
 from lockstep.cli.targets import UsageError
 from lockstep.core import LockstepError
 from lockstep.core.names import SIDECAR_ENV
 
 __all__ = ["cli", "main"]
 
-#: Subcommands that live with their component and are imported only when used.
+#: Subcommands imported only when used, with the line --help shows for them (their docstring's first line,
+#: a test keeps them equal): importing approve costs the cluster code, proxy aiohttp, operator kopf, and
+#: the light commands start in under 150 ms (bench/cli_startup.py).
 LAZY_COMMANDS = {
-    "operator": ("lockstep.operator.cli", "operator_command", "Run the Lockstep operator (kopf)."),
-    "sidecar": ("lockstep.sidecar.cli", "sidecar_command", "Run the sidecar that measures an MCP server."),
-    "demo": ("lockstep.cli.demo", "demo_command", "Run the whole loop on one machine (from a source checkout)."),
+    "approve": ("lockstep.cli.approve", "approve_command", "Approve a revision that the pods of RESOURCE serve."),
+    "proxy": ("lockstep.cli.proxy", "proxy_command",
+              "Relay MCP traffic to UPSTREAM, letting through only the approved interface."),
+    "operator": ("lockstep.operator.cli", "operator_command", (
+        "Run the Lockstep operator: the report endpoint, judging, status, Events, metrics and webhooks.")),
+    "sidecar": ("lockstep.sidecar.cli", "sidecar_command", (
+        "Measure the MCP server in this pod and report to the Lockstep operator.")),
+    "demo": ("lockstep.cli.demo", "demo_command", (
+        "Run the whole loop: pin, verify, rug pull, isolate, diff, approve, back in the Service.")),
     "check": ("lockstep.cli.check", "check_command", "Check the cluster before and after installing Lockstep."),
 }
 
@@ -51,10 +56,13 @@ class LockstepGroup(click.Group):
         if name in LAZY_COMMANDS:
             module_name, attribute, short_help = LAZY_COMMANDS[name]
             try:
-                return getattr(importlib.import_module(module_name), attribute)  # type: ignore[no-any-return]
+                command: click.Command = getattr(importlib.import_module(module_name), attribute)
             except (ImportError, AttributeError):
                 return click.Command(name, short_help=f"{short_help} (not available in this build)",
                                      callback=lambda: _unavailable(name))
+            if name in ENVIRONMENT_RULED:
+                apply_environment_rule(command)
+            return command
         return super().get_command(ctx, name)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -99,6 +107,8 @@ READ_ELSEWHERE = frozenset({
     "LOCKSTEP_WATCH_POD_SELECTOR",
     "LOCKSTEP_WEBHOOK_PORT",
 })
+#: The lazy commands whose options follow the LOCKSTEP_<OPTION> rule (the others read their own variables).
+ENVIRONMENT_RULED = ("approve", "proxy")
 #: Prefixes of the project's test and benchmark settings (tests/e2e, bench/, the envtest cache).
 TOOLING_PREFIXES = ("LOCKSTEP_E2E_", "LOCKSTEP_BENCH_", "LOCKSTEP_ENVTEST_")
 
@@ -121,11 +131,20 @@ def apply_environment_rule(command: click.Command) -> None:
             param.type = _Lines()
 
 
-def _warn_unknown_environment(commands: list[click.Command]) -> None:
-    known = READ_ELSEWHERE | {str(param.envvar) for command in commands for param in command.params
-                              if isinstance(param, click.Option) and param.envvar}
-    for name in sorted(os.environ):
-        if name.startswith("LOCKSTEP_") and name not in known and not name.startswith(TOOLING_PREFIXES):
+def _warn_unknown_environment(ctx: click.Context) -> None:
+    """Warn of each LOCKSTEP_* variable that no command reads (the lazy commands are imported only when
+    such a variable is set, so that a clean environment costs nothing at start)."""
+    unread = [name for name in sorted(os.environ)
+              if name.startswith("LOCKSTEP_") and name not in READ_ELSEWHERE and not name.startswith(TOOLING_PREFIXES)]
+    if not unread:
+        return
+    import difflib
+
+    commands = [*cli.commands.values(), *(cli.get_command(ctx, name) for name in ENVIRONMENT_RULED)]
+    known = READ_ELSEWHERE | {str(param.envvar) for command in commands if command is not None
+                              for param in command.params if isinstance(param, click.Option) and param.envvar}
+    for name in unread:
+        if name not in known:
             close = difflib.get_close_matches(name, sorted(known), n=1)
             hint = f" (did you mean {close[0]}?)" if close else ""
             click.echo(f"warning: {name} is set but no part of Lockstep reads it{hint}", err=True)
@@ -143,10 +162,10 @@ def cli(ctx: click.Context) -> None:
       lockstep verify http://127.0.0.1:8000/mcp --against weather.yaml
     """
     if ctx.invoked_subcommand not in LAZY_COMMANDS:  # the sidecar and operator read their own variables
-        _warn_unknown_environment(list(cli.commands.values()))
+        _warn_unknown_environment(ctx)
 
 
-for _command in (hash_command, snapshot_command, verify_command, diff_command, approve_command, proxy_command):
+for _command in (hash_command, snapshot_command, verify_command, diff_command):
     apply_environment_rule(_command)
     cli.add_command(_command)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import click
 
-from lockstep.cli.cluster import ClusterTarget, _load_configuration
+from lockstep.cli.kube_options import ClusterTarget
 from lockstep.core.conditions import CONDITION_TYPE
 from lockstep.core.names import INJECT_LABEL, TOKEN_AUDIENCE
 
@@ -391,9 +391,13 @@ def _render(results: list[CheckResult]) -> str:
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True)
 def check_command(mode: str, pods: bool, release: str, namespace: str, kubeconfig: str | None,
                   kube_context: str | None, output: str) -> None:
-    """Check the cluster for Lockstep: --pre before installing, the installed release by default, --pods for
-    the guarded pods. Exit 0: nothing failed (warnings allowed); 1: a check failed; 2: unreachable."""
+    """Check the cluster before and after installing Lockstep.
+
+    --pre before installing, the installed release by default, --pods for the guarded pods. Exit 0: nothing
+    failed (warnings allowed); 1: a check failed; 2: unreachable."""
     import kubernetes
+
+    from lockstep.cli.cluster import _load_configuration
 
     configuration, _ = _load_configuration(ClusterTarget(kubeconfig, kube_context, namespace))
     with kubernetes.client.ApiClient(configuration) as api:

@@ -22,6 +22,7 @@ from typing import Any, Self
 
 import click
 
+from lockstep.cli.kube_options import ClusterTarget, cluster_options
 from lockstep.cli.output import dump_json
 from lockstep.cli.targets import UsageError, is_url
 from lockstep.core import Interface, InterfaceDigest, LockstepError
@@ -49,25 +50,6 @@ _BOLD, _RESET = "\x1b[1m", "\x1b[0m"
 
 class ClusterError(UsageError):
     """The cluster cannot be reached, refuses the request, or lacks the resource."""
-
-
-@dataclass(frozen=True)
-class ClusterTarget:
-    """Where to find the resource: the ``--kubeconfig``, ``--context`` and ``-n`` options."""
-
-    kubeconfig: str | None = None
-    context: str | None = None
-    namespace: str | None = None
-
-
-def cluster_options(function: Any) -> Any:
-    """The kubectl-style options of every command that reads the cluster."""
-    function = click.option("--kubeconfig", default=None, metavar="FILE",
-                            help="Path of the kubeconfig (default: $KUBECONFIG, then ~/.kube/config).")(function)
-    function = click.option("--context", default=None, help="kubeconfig context to use.")(function)
-    function = click.option("-n", "--namespace", default=None,
-                            help="Namespace of the MCPServerInterface (default: the context's).")(function)
-    return function
 
 
 def parse_resource(text: str) -> str:

@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import click
 
-from lockstep.cli.cluster import ClusterTarget, cluster_options, diff_resource
+from lockstep.cli.kube_options import ClusterTarget, cluster_options
 from lockstep.cli.output import dump_json, dump_yaml
 from lockstep.cli.targets import (
     LoadedTarget,
@@ -384,6 +384,8 @@ def diff_command(old: str, new: str | None, as_json: bool, color: str, headers: 
     from lockstep.core.diff import closest_revision, diff_revisions, render_json, render_text
 
     if new is None:
+        from lockstep.cli.cluster import diff_resource
+
         target = ClusterTarget(kubeconfig, context, namespace)
         sys.exit(diff_resource(old, target, as_json=as_json, color=_color(color)))
     capabilities = _capabilities(client_capabilities)

@@ -5,18 +5,19 @@ bidi override written raw would be invisible there, so every hidden character
 (:func:`lockstep.core.signals.is_hidden_character`, the one definition, the
 one the severity rules flag) is written as an escape, and so are carriage
 returns and lone surrogates, which YAML cannot carry raw. The data is
-unchanged: parsing the output gives back the exact strings, so digests do not move.
+unchanged: parsing the output gives back the exact strings, so digests do not move. The YAML library is
+imported on the first dump_yaml: commands that print JSON or a table start without it.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from lockstep.core.signals import is_hidden_character
+if TYPE_CHECKING:
+    import yaml
 
 __all__ = ["dump_json", "dump_yaml", "escape_hidden", "has_hidden_characters"]
 
@@ -24,6 +25,8 @@ __all__ = ["dump_json", "dump_yaml", "escape_hidden", "has_hidden_characters"]
 def _is_hidden(character: str) -> bool:
     if " " <= character <= "~":  # printable ASCII, most of any output
         return False
+    from lockstep.core.signals import is_hidden_character  # its tables cost 10 ms at start; most output is ASCII
+
     return character == "\r" or 0xD800 <= ord(character) <= 0xDFFF or is_hidden_character(character)
 
 
@@ -55,10 +58,6 @@ def dump_json(value: Any, *, indent: int | None = 2) -> str:
     return escape_hidden(text, json_style=True) + "\n"
 
 
-class _ReviewDumper(yaml.SafeDumper):
-    """Block scalars for multi-line text; double quotes wherever hidden characters must be escaped."""
-
-
 def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
     if has_hidden_characters(value):
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"')
@@ -67,9 +66,21 @@ def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
     return dumper.represent_scalar("tag:yaml.org,2002:str", value)
 
 
-_ReviewDumper.add_representer(str, _represent_str)
+@functools.cache
+def _review_dumper() -> type[yaml.SafeDumper]:
+    """A SafeDumper writing block scalars for multi-line text and double quotes wherever hidden characters
+    must be escaped."""
+    import yaml
+
+    class ReviewDumper(yaml.SafeDumper):
+        pass
+
+    ReviewDumper.add_representer(str, _represent_str)
+    return ReviewDumper
 
 
 def dump_yaml(value: Any) -> str:
-    text = yaml.dump(value, Dumper=_ReviewDumper, sort_keys=False, allow_unicode=True, width=100)
+    import yaml
+
+    text = yaml.dump(value, Dumper=_review_dumper(), sort_keys=False, allow_unicode=True, width=100)
     return escape_hidden(text, json_style=False)

@@ -1,26 +1,27 @@
 """Loading what the CLI's TARGET arguments name: a live MCP endpoint or a file.
 
 Every failure here becomes a :class:`UsageError` with a one-line cause, which
-the CLI prints to stderr and maps to exit code 2.
+the CLI prints to stderr and maps to exit code 2. The YAML parser, asyncio and the MCP reader are
+imported where they are used: ``lockstep hash FILE.json`` starts without them (bench/cli_startup.py).
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-import yaml
 
 from lockstep.core import DEFAULT_LIMITS, Interface, LockstepError
 from lockstep.core.manifest import KIND, Pinned, is_manifest, load_pinned
 from lockstep.core.model import loads_strict
+
+if TYPE_CHECKING:
+    import yaml
 
 __all__ = [
     "LoadedTarget",
@@ -117,6 +118,8 @@ def _read_text(path: str) -> str:
 
 
 def _load_yaml(text: str, path: str) -> list[Any]:
+    import yaml
+
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: a 16 MiB file in seconds, not minutes
     try:
         for node in yaml.compose_all(text, Loader=loader):
@@ -132,6 +135,8 @@ def _load_yaml(text: str, path: str) -> list[Any]:
 
 def _refuse_aliases(root: yaml.Node | None, path: str) -> None:
     """A node reached twice is an alias (``*name``): refused, whatever it points to."""
+    import yaml
+
     seen: set[int] = set()
     stack = [root] if root is not None else []
     while stack:
@@ -184,7 +189,9 @@ def snapshot_from(document: Any, source: str) -> LoadedTarget:
 def read_live(url: str, *, headers: Mapping[str, str], timeout: float, transport: str | None,
               client_capabilities: Sequence[str] | None = None) -> LoadedTarget:
     """Read a live server; ``client_capabilities`` None announces the reader's default."""
-    from lockstep.reader import DEFAULT_CLIENT_CAPABILITIES, ReaderError, read_interface  # imported on demand
+    import asyncio
+
+    from lockstep.reader import DEFAULT_CLIENT_CAPABILITIES, ReaderError, read_interface
 
     capabilities = DEFAULT_CLIENT_CAPABILITIES if client_capabilities is None else client_capabilities
     try:
