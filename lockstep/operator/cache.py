@@ -83,6 +83,12 @@ class PodRecord:
         return None
 
     @property
+    def condition_true(self) -> bool:
+        """Whether the pod carries the Lockstep condition True (its readiness gate is open)."""
+        condition = self.lockstep_condition
+        return condition is not None and str(condition.get("status")) == "True"
+
+    @property
     def other_conditions(self) -> list[dict[str, Any]]:
         return [condition for condition in self.conditions if condition.get("type") != CONDITION_TYPE]
 

@@ -1,8 +1,6 @@
-"""The pod condition ``lockstep.dev/interface-verified``: a verdict applied to a pod (metrics, the
-resources' status marked for a write, the condition written, its Events), and the write itself, a
-merge patch of pods/status guarded by the pod's resourceVersion.
-
-A mixin of :class:`lockstep.operator.reconciler.Reconciler`, whose ``__init__`` sets the state below.
+"""The pod condition ``lockstep.dev/interface-verified``: a verdict applied to a pod (VerdictApplier:
+metrics, the resources' status marked for a write, the condition written, its Events), and the write
+itself (ConditionWriter: a merge patch of pods/status guarded by the pod's resourceVersion).
 """
 
 from __future__ import annotations
@@ -12,16 +10,17 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from lockstep.core.replay import REPORT_STAMP_ANNOTATION
 from lockstep.operator.cache import PodRecord
-from lockstep.operator.freshness import StaleReport
 from lockstep.operator.events import pod_ref
-from lockstep.operator.judge import CONDITION_TYPE, PodState, Policy, Reason, Verdict
+from lockstep.operator.freshness import StaleReport
+from lockstep.operator.judge import CONDITION_TYPE, PodState, Reason, Verdict
 from lockstep.operator.kube import KubeApiError
 from lockstep.operator.outage import ApiUnavailable
-from lockstep.operator.status import ResourceMemory, now_iso
+from lockstep.operator.state import Key, PodTrack, State
+from lockstep.operator.status import now_iso
 
 from lockstep.core.conditions import condition_dict
+from lockstep.core.replay import REPORT_STAMP_ANNOTATION, ReportStamp
 
 if TYPE_CHECKING:
     from lockstep.operator.cache import ClusterCache, ResourceRecord
@@ -29,14 +28,12 @@ if TYPE_CHECKING:
     from lockstep.operator.events import EventPoster
     from lockstep.operator.kube import KubeClient
     from lockstep.operator.metrics import Metrics
-    from lockstep.operator.status import PodTrack
     from lockstep.operator.verdict_events import VerdictEvents
 
-__all__ = ["WRITE_ATTEMPTS", "ConditionWrites", "VerdictNotWritten", "condition_of"]
+__all__ = ["WRITE_ATTEMPTS", "ConditionWriter", "VerdictApplier", "VerdictNotWritten", "condition_of"]
 
 logger = logging.getLogger(__name__)
 
-Key = tuple[str, str]
 WRITE_ATTEMPTS = 4
 
 
@@ -53,102 +50,19 @@ def condition_of(pod: PodRecord) -> tuple[str, str, str] | None:
     return (str(condition.get("status")), str(condition.get("reason")), str(condition.get("message") or ""))
 
 
-class ConditionWrites:
-    config: OperatorConfig
-    cache: ClusterCache
-    client: KubeClient
-    metrics: Metrics
-    events: EventPoster
-    verdict_events: VerdictEvents
-    tracks: dict[Key, PodTrack]
-    memory: dict[Key, ResourceMemory]
-    unwritten: set[Key]
-    _dirty: set[Key]
-    _children: dict[tuple[str, str, Reason], tuple[Any, Any]]
+class ConditionWriter:
+    """Writes the Lockstep condition of one pod: a merge patch of pods/status, guarded by the pod's
+    resourceVersion, with the stamp of the report behind the verdict."""
 
-    if TYPE_CHECKING:  # in lockstep.operator.status_writer
-        def mark_urgent(self, keys: set[Key]) -> None: ...
+    def __init__(self, config: OperatorConfig, client: KubeClient, cache: ClusterCache) -> None:
+        self.config = config
+        self.client = client
+        self.cache = cache
 
-    async def _apply(self, pod: PodRecord, track: PodTrack, verdict: Verdict,
-                     resources: list[ResourceRecord]) -> None:
-        previous = track.verdict
-        track.verdict = verdict
-        if verdict.reason is Reason.VERIFIED:
-            track.was_verified = True
-        stamp = now_iso()
-        for record in resources:
-            memory = self.memory.setdefault(record.key, ResourceMemory())
-            memory.last_verification = stamp
-            if verdict.revision is not None:
-                memory.first_seen.setdefault(verdict.revision.aggregate, stamp)
-            verifications, last = self._metric_children(record.policy, verdict.reason)
-            verifications.inc()
-            last.set(time.time())
-            if verdict is not previous:
-                # The same verdict object again (an unchanged observation, from the verdict cache): the
-                # status would differ only in lastVerificationTime, which alone is never written.
-                self._dirty.add(record.key)
-        if condition_of(pod) == verdict.condition:
-            self.unwritten.discard(pod.key)
-            return
-        try:
-            wrote = await self._write_condition(pod.key, verdict)
-        except StaleReport:
-            raise  # a True of a report older than the pod's recorded one: the report is refused, nothing kept
-        except Exception as error:
-            # Not written: the pod keeps the condition it carries, and the verdict is judged and written
-            # again with its Events.
-            track.verdict = previous
-            raise self._not_written(pod, verdict, error) from error
-        self.unwritten.discard(pod.key)
-        if not wrote:
-            return
-        track.written = verdict.condition
-        if previous is None or (previous.status, previous.reason) != (verdict.status, verdict.reason):
-            if verdict.status != "True" or verdict.state is PodState.QUARANTINED:
-                self.mark_urgent({record.key for record in resources})  # the status must not say Verified now
-            await self.verdict_events.announce(pod, verdict, resources)
-
-    def _metric_children(self, policy: Policy, reason: Reason) -> tuple[Any, Any]:
-        """The verification counter and timestamp of a resource and reason (labels() looked up once)."""
-        key = (policy.namespace, policy.name, reason)
-        children = self._children.get(key)
-        if children is None:
-            children = self._children[key] = (
-                self.metrics.verifications.labels(policy.namespace, policy.name, reason.value),
-                self.metrics.last_verification.labels(policy.namespace, policy.name))
-        return children
-
-    async def _unselected(self, pod: PodRecord, track: PodTrack) -> None:
-        verdict = Verdict("False", Reason.NOT_APPROVED, "no MCPServerInterface selects this pod any more",
-                          PodState.PENDING)
-        track.verdict, track.observation = verdict, None
-        try:
-            wrote = await self._write_condition(pod.key, verdict)
-        except Exception as error:
-            raise self._not_written(pod, verdict, error) from error
-        self.unwritten.discard(pod.key)
-        if wrote:
-            track.written = verdict.condition
-            await self.events.post(pod_ref(pod.namespace, pod.name, pod.uid), "Warning", verdict.reason.value,
-                                   verdict.message)
-
-    def _not_written(self, pod: PodRecord, verdict: Verdict, error: Exception) -> Exception:
-        """Record a verdict whose write failed, and what to raise: the pod goes to ``unwritten``, written
-        again every write_retry_interval (retry_unwritten) until it lands or the pod is gone: fail closed,
-        a False that did not land is never forgotten. An outage stays ApiUnavailable (logged once by
-        lockstep.operator.outage); any other error becomes VerdictNotWritten."""
-        self.unwritten.add(pod.key)
-        self.metrics.verdict_writes_failed.inc()
-        if isinstance(error, ApiUnavailable):
-            return error
-        logger.warning("Pod %s/%s: the verdict %s/%s was not written (%s); retrying",
-                       pod.namespace, pod.name, verdict.status, verdict.reason.value, error)
-        return VerdictNotWritten(f"pod {pod.namespace}/{pod.name}: {error}")
-
-    async def _write_condition(self, key: Key, verdict: Verdict) -> bool:
+    async def write(self, key: Key, verdict: Verdict, *, stamp: ReportStamp | None = None, uid: str = "") -> bool:
         """Merge-patch pods/status with the full conditions list (a merge patch replaces lists), guarded
         by the pod's resourceVersion so that a condition written meanwhile by the kubelet is not lost.
+        ``stamp``: the stamp of the report behind the verdict, written with it into the pod of ``uid``.
         Returns whether it wrote (False: the pod is gone, or already carries the verdict)."""
         stamped = True
         for attempt in range(WRITE_ATTEMPTS):
@@ -161,7 +75,8 @@ class ConditionWrites:
                                        pod.lockstep_condition, now_iso(), lastProbeTime=None)
             # A True carries the stamp of its report, and is not written over a newer one; a False is written
             # whatever the pod records (a stamp someone else put there must never hold a pod Ready).
-            metadata = self._stamp_annotation(pod, check=verdict.status == "True") if stamped else {}
+            metadata = self._stamp_annotation(pod, stamp if pod.uid == uid else None,
+                                              check=verdict.status == "True") if stamped else {}
             patch: dict[str, Any] = {"status": {"conditions": [*pod.other_conditions, condition]},
                                      "metadata": metadata}
             if pod.resource_version:
@@ -190,12 +105,10 @@ class ConditionWrites:
             return True
         raise KubeApiError(409, f"pod {key[0]}/{key[1]} kept changing; condition not written")
 
-    def _stamp_annotation(self, pod: PodRecord, *, check: bool) -> dict[str, Any]:
-        """The annotations of the write: the stamp of the report behind the verdict. With ``check`` (a
+    def _stamp_annotation(self, pod: PodRecord, stamp: ReportStamp | None, *, check: bool) -> dict[str, Any]:
+        """The annotations of the write: ``stamp``, of the report behind the verdict. With ``check`` (a
         True), unless the pod records a newer one (another replica, or the last leader, accepted a later
         report: this verdict is of an older report and is not written)."""
-        track = self.tracks.get(pod.key)
-        stamp = track.stamp if track is not None and track.uid == pod.uid else None
         if stamp is None:
             return {}
         recorded = pod.report_stamp
@@ -208,6 +121,94 @@ class ConditionWrites:
                 raise StaleReport("Replayed", f"the pod records a newer report than this one: {why}")
         return {"annotations": {REPORT_STAMP_ANNOTATION: stamp.to_annotation()}}
 
-    def _verdict_reason(self, key: Key) -> Reason | None:
-        track = self.tracks.get(key)
-        return track.verdict.reason if track and track.verdict else None
+
+class VerdictApplier:
+    """A verdict applied to a pod: the resources' memory and metrics, their status marked for a write
+    (at once when the pod was cut), the condition written, the Events of a change."""
+
+    def __init__(self, state: State, writer: ConditionWriter, metrics: Metrics, events: EventPoster,
+                 verdict_events: VerdictEvents) -> None:
+        self.state = state
+        self.writer = writer
+        self.metrics = metrics
+        self.events = events
+        self.verdict_events = verdict_events
+
+    async def apply(self, pod: PodRecord, track: PodTrack, verdict: Verdict,
+                    resources: list[ResourceRecord]) -> None:
+        previous = track.verdict
+        track.verdict = verdict
+        if verdict.reason is Reason.VERIFIED:
+            track.was_verified = True
+        stamp = now_iso()
+        for record in resources:
+            memory = self.state.memory(record.key)
+            memory.last_verification = stamp
+            if verdict.revision is not None:
+                memory.first_seen.setdefault(verdict.revision.aggregate, stamp)
+            verifications, last = self._metric_children(record, verdict.reason)
+            verifications.inc()
+            last.set(time.time())
+            if verdict is not previous:
+                # The same verdict object again (an unchanged observation, from the verdict cache): the
+                # status would differ only in lastVerificationTime, which alone is never written.
+                self.state.dirty.add(record.key)
+        if condition_of(pod) == verdict.condition:
+            self.state.unwritten.discard(pod.key)
+            return
+        try:
+            wrote = await self.writer.write(pod.key, verdict, stamp=track.stamp, uid=track.uid)
+        except StaleReport:
+            raise  # a True of a report older than the pod's recorded one: the report is refused, nothing kept
+        except Exception as error:
+            # Not written: the pod keeps the condition it carries, and the verdict is judged and written
+            # again with its Events.
+            track.verdict = previous
+            raise self._not_written(pod, verdict, error) from error
+        self.state.unwritten.discard(pod.key)
+        if not wrote:
+            return
+        track.written = verdict.condition
+        if previous is None or (previous.status, previous.reason) != (verdict.status, verdict.reason):
+            if verdict.status != "True" or verdict.state is PodState.QUARANTINED:
+                # the status must not say Verified about a pod just cut
+                self.state.mark_urgent({record.key for record in resources})
+            await self.verdict_events.announce(pod, verdict, resources)
+
+    def _metric_children(self, record: ResourceRecord, reason: Reason) -> tuple[Any, Any]:
+        """The verification counter and timestamp of a resource and reason (labels() looked up once)."""
+        policy = record.policy
+        cached = self.state.resource(record.key).metric_children
+        children = cached.get(reason)
+        if children is None:
+            children = cached[reason] = (
+                self.metrics.verifications.labels(policy.namespace, policy.name, reason.value),
+                self.metrics.last_verification.labels(policy.namespace, policy.name))
+        return children
+
+    async def unselected(self, pod: PodRecord, track: PodTrack) -> None:
+        verdict = Verdict("False", Reason.NOT_APPROVED, "no MCPServerInterface selects this pod any more",
+                          PodState.PENDING)
+        track.verdict, track.observation = verdict, None
+        try:
+            wrote = await self.writer.write(pod.key, verdict, stamp=track.stamp, uid=track.uid)
+        except Exception as error:
+            raise self._not_written(pod, verdict, error) from error
+        self.state.unwritten.discard(pod.key)
+        if wrote:
+            track.written = verdict.condition
+            await self.events.post(pod_ref(pod.namespace, pod.name, pod.uid), "Warning", verdict.reason.value,
+                                   verdict.message)
+
+    def _not_written(self, pod: PodRecord, verdict: Verdict, error: Exception) -> Exception:
+        """Record a verdict whose write failed, and what to raise: the pod goes to ``unwritten``, written
+        again every write_retry_interval (retry_unwritten) until it lands or the pod is gone: fail closed,
+        a False that did not land is never forgotten. An outage stays ApiUnavailable (logged once by
+        lockstep.operator.outage); any other error becomes VerdictNotWritten."""
+        self.state.unwritten.add(pod.key)
+        self.metrics.verdict_writes_failed.inc()
+        if isinstance(error, ApiUnavailable):
+            return error
+        logger.warning("Pod %s/%s: the verdict %s/%s was not written (%s); retrying",
+                       pod.namespace, pod.name, verdict.status, verdict.reason.value, error)
+        return VerdictNotWritten(f"pod {pod.namespace}/{pod.name}: {error}")

@@ -36,6 +36,7 @@ __all__ = [
     "Policy",
     "Reason",
     "Verdict",
+    "VerdictMemo",
     "judge",
     "judge_conflict",
     "judge_outside_policy",
@@ -249,6 +250,30 @@ def _judge(observation: Observation, policy: Policy, *, was_verified: bool, prox
     message = (f"interface {short_digest(revision.aggregate)} {lead} against "
                f"{short_digest(closest.aggregate)}: {_describe(findings)}")
     return _enforce(policy, reason, message, revision, closest.aggregate, findings)
+
+
+class VerdictMemo:
+    """Judging, reusing the verdict of an identical observation of another pod (same aggregate digest, so
+    the same definitions) under the same policy: the diff runs once per revision. A verdict that trusts a
+    revision on first use is never reused (it is recorded once)."""
+
+    def __init__(self, size: int = 4096) -> None:
+        self.size = size
+        self._verdicts: dict[tuple[Any, ...], Verdict] = {}
+
+    def judge(self, observation: Observation, policy: Policy, *, was_verified: bool, proxied: bool) -> Verdict:
+        if observation.digest is None:
+            return judge(observation, policy, was_verified=was_verified, proxied=proxied)
+        key = (policy.namespace, policy.name, policy.judging_key, observation.digest.digest,
+               observation.definitions is not None, was_verified, proxied, observation.server_exposed)
+        verdict = self._verdicts.get(key)
+        if verdict is None:
+            verdict = judge(observation, policy, was_verified=was_verified, proxied=proxied)
+            if verdict.trusts is None:
+                self._verdicts[key] = verdict
+                if len(self._verdicts) > self.size:
+                    del self._verdicts[next(iter(self._verdicts))]
+        return verdict
 
 
 def judge_stale(policy: Policy, age_seconds: float) -> Verdict:

@@ -1,8 +1,6 @@
 """The in-line proxy, on the operator's side (enforcement Isolate and Quarantine): what the pods' proxies
 withheld (status, Events, metrics), the approved components each proxy may let through (the answer to its
 reports), and the Services that send traffic past the proxy (they target the MCP server's own port).
-
-A mixin of :class:`lockstep.operator.reconciler.Reconciler`, whose ``__init__`` sets the state below.
 """
 
 from __future__ import annotations
@@ -11,12 +9,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from lockstep.operator.events import resource_ref
-from lockstep.operator.injection import PROXY_PORT_NAME
-from lockstep.operator.judge import Enforcement, short_digest
-from lockstep.operator.status import ResourceMemory, now_iso
+from lockstep.operator.judge import short_digest
+from lockstep.operator.state import Key, ResourceMemory, State
+from lockstep.operator.status import now_iso
 
+from lockstep.core.names import PROXY_PORT_NAME
 from lockstep.core.report import ProxyReport
-from lockstep.core.spec import DEFAULT_PORT
+from lockstep.core.spec import DEFAULT_PORT, PROXIED_ENFORCEMENTS
 from lockstep.core.wire import ApprovedComponents
 
 if TYPE_CHECKING:
@@ -24,9 +23,8 @@ if TYPE_CHECKING:
     from lockstep.operator.events import EventPoster
     from lockstep.operator.metrics import Metrics
 
-__all__ = ["WITHHELD_KEPT", "Quarantine"]
+__all__ = ["WITHHELD_KEPT", "QuarantineBook"]
 
-Key = tuple[str, str]
 #: Withheld components remembered per resource (status lists the newest WITHHELD_LISTED).
 WITHHELD_KEPT = 50
 
@@ -36,22 +34,20 @@ def _withheld_key(entry: Mapping[str, Any]) -> tuple[str, str, str, str]:
             str(entry.get("client")))
 
 
-class Quarantine:
-    cache: ClusterCache
-    metrics: Metrics
-    events: EventPoster
-    memory: dict[Key, ResourceMemory]
-    _dirty: set[Key]
-    #: The approved components each resource's proxies are sent, with the judging key they were built for.
-    _approved_answers: dict[Key, tuple[tuple[Any, ...], ApprovedComponents]]
-    #: Services by (namespace, name): their selector and target ports (numbers or names, as text).
-    services: dict[Key, tuple[dict[str, str], tuple[str, ...]]]
+class QuarantineBook:
+    def __init__(self, state: State, cache: ClusterCache, events: EventPoster, metrics: Metrics) -> None:
+        self.state = state
+        self.cache = cache
+        self.events = events
+        self.metrics = metrics
+        #: Services by (namespace, name): their selector and target ports (numbers or names, as text).
+        self.services: dict[Key, tuple[dict[str, str], tuple[str, ...]]] = {}
 
-    async def _record_withheld(self, pod: PodRecord, proxy: ProxyReport) -> None:
+    async def record_withheld(self, pod: PodRecord, proxy: ProxyReport) -> None:
         """Status, Events and metrics for what a pod's proxy withheld since its last report."""
         for record in self.cache.selecting(pod):
             policy = record.policy
-            memory = self.memory.setdefault(record.key, ResourceMemory())
+            memory = self.state.memory(record.key)
             known = {_withheld_key(entry): entry for entry in memory.withheld}
             for item in proxy.withheld:
                 kind = item.component.partition("/")[0]
@@ -67,7 +63,7 @@ class Quarantine:
                     entry = {**item.to_dict(), "count": 0}
                 entry.update(count=int(entry["count"]) + item.count, pod=pod.name, lastSeen=now_iso())
                 memory.withheld = [entry, *(e for e in memory.withheld if _withheld_key(e) != key)][:WITHHELD_KEPT]
-            self._dirty.add(record.key)
+            self.state.dirty.add(record.key)
 
     def approved_for(self, pod: PodRecord) -> ApprovedComponents | None:
         """What the proxy of ``pod`` may let through: every approved component digest, and the ignore rules;
@@ -76,9 +72,10 @@ class Quarantine:
         if len(resources) != 1:
             return None
         policy = resources[0].policy
-        cached = self._approved_answers.get(resources[0].key)
+        state = self.state.resource(resources[0].key)
+        cached = state.approved_answer
         if cached is None or cached[0] != policy.judging_key:  # built once per change of what is approved
-            cached = self._approved_answers[resources[0].key] = (
+            cached = state.approved_answer = (
                 policy.judging_key, ApprovedComponents.of(policy.effective_approved, policy.ignore))
         return cached[1]
 
@@ -93,14 +90,14 @@ class Quarantine:
             spec = body.get("spec") or {}
             self.services[key] = (dict(spec.get("selector") or {}),
                                   tuple(str(port.get("targetPort", port.get("port"))) for port in spec.get("ports") or []))
-        self._dirty.update(record.key for record in self.cache.resources()
-                           if record.key[0] == key[0] and record.policy.enforcement in PROXIED)
+        self.state.dirty.update(record.key for record in self.cache.resources()
+                                if record.key[0] == key[0] and record.policy.enforcement in PROXIED_ENFORCEMENTS)
 
-    async def _check_bypassing(self, record: ResourceRecord, memory: ResourceMemory) -> None:
+    async def check_bypassing(self, record: ResourceRecord, memory: ResourceMemory) -> None:
         """In enforcement Isolate and Quarantine: an Event for each Service that newly bypasses the proxy, and
         the metric."""
         policy = record.policy
-        if policy.enforcement not in PROXIED:
+        if policy.enforcement not in PROXIED_ENFORCEMENTS:
             return
         bypassing = self._bypassing(record)
         for service in sorted(set(bypassing) - set(memory.bypassing)):
@@ -127,10 +124,6 @@ class Quarantine:
                 found += [f"{name}:{target}" for target in targets
                           if target != PROXY_PORT_NAME and _reaches(target, endpoint, selected)]
         return found
-
-
-#: The enforcements whose pods run the in-line proxy on every agent-facing path.
-PROXIED = frozenset({Enforcement.ISOLATE, Enforcement.QUARANTINE})
 
 
 def _reaches(target: str, endpoint: str, pods: list[PodRecord]) -> bool:

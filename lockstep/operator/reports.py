@@ -257,7 +257,7 @@ class ReportServer:
         """Where the replica that owns ``pod`` takes reports (None: this one owns it, or it is unknown)."""
         if self.membership is None:
             return None
-        return self.membership.owner_endpoint(self.reconciler.pod_owner_key(pod))
+        return self.membership.owner_endpoint(self.reconciler.ownership.pod_owner_key(pod))
 
     async def handle_ready(self, request: web.Request) -> web.Response:
         if self.serving():
@@ -371,7 +371,7 @@ class ReportServer:
             raise ReportRejected(Refusal.UID_MISMATCH, f"pod {identity.pod_name} has another uid than the token's")
         if not self.reconciler.selecting(pod):
             raise ReportRejected(Refusal.NOT_SELECTED, f"no MCPServerInterface selects pod {identity.pod_name}")
-        if not self.reconciler.owns_pod(pod):
+        if not self.reconciler.ownership.owns_pod(pod):
             raise Misrouted(self._owner_endpoint(pod))
         observation, freshness, proxy = parse_report(
             await _read_body(request, self.config.body_limit, self.config.body_read_timeout))
@@ -383,7 +383,7 @@ class ReportServer:
         except StaleReport as stale:
             raise ReportRejected(stale.refusal, str(stale)) from None
         if verdict is None:
-            if not self.reconciler.owns_pod(pod):
+            if not self.reconciler.ownership.owns_pod(pod):
                 raise NotServing()  # handed over to another replica meanwhile: sent again, it goes there
             raise ReportRejected(Refusal.NOT_SELECTED, f"no MCPServerInterface selects pod {identity.pod_name}")
         await self.skew.observe(pod, freshness.sidecar_version)  # judged as usual above, whatever the version

@@ -65,7 +65,7 @@ class SkewWatch:
         """The watch of an operator's report endpoint: it counts the pods this replica owns."""
         def alive(key: Key, uid: str) -> bool:
             pod = reconciler.cache.pod(*key)
-            return pod is not None and pod.uid == uid and not pod.deleting and reconciler.owns_pod(pod)
+            return pod is not None and pod.uid == uid and not pod.deleting and reconciler.ownership.owns_pod(pod)
         return cls(metrics, reconciler.events, alive=alive, operator_version=operator_version)
 
     async def observe(self, pod: PodRecord, sidecar_version: str | None) -> Skew | None:

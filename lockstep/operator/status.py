@@ -23,66 +23,30 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from lockstep.operator.cache import PodRecord
-from lockstep.operator.judge import Enforcement, PodState, Policy, Verdict, short_digest
+from lockstep.operator.judge import PodState, Policy, Verdict, short_digest
+from lockstep.operator.state import PodTrack, ResourceMemory
 
 from lockstep.core.conditions import condition_dict
-from lockstep.core.replay import ReportStamp
-from lockstep.core.report import Observation
+from lockstep.core.spec import PROXIED_ENFORCEMENTS
 from lockstep.core.revision import Revision
 
-__all__ = ["PodTrack", "ResourceMemory", "build_status", "now_iso"]
+__all__ = ["build_status", "finding_counts", "now_iso"]
 
 OBSERVED_LIMIT = 20
 PODS_LISTED = 100
 #: Definitions kept in status, in all, as a multiple of the per-revision limit.
 DEFINITIONS_BUDGET = 4
 READY_STATES = (PodState.VERIFIED, PodState.AUDIT, PodState.QUARANTINED)
-#: The enforcements whose pods serve agents through the sidecar's in-line proxy only.
-PROXIED = (Enforcement.ISOLATE, Enforcement.QUARANTINE)
 #: Withheld components listed in status.proxy.withheld (newest first).
 WITHHELD_LISTED = 20
 
 
 def now_iso() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-@dataclass
-class PodTrack:
-    """What the operator remembers about one pod between reports."""
-
-    uid: str
-    observation: Observation | None = None
-    received_at: float = 0.0  # monotonic seconds
-    verdict: Verdict | None = None
-    was_verified: bool = False
-    stale: bool = False
-    #: The pod's last report came from a sidecar that runs the in-line proxy.
-    proxied: bool = False
-    #: The stamp of the last accepted report, written into the pod with the next verdict (replay
-    #: protection that survives restarts: lockstep.core.replay).
-    stamp: ReportStamp | None = None
-    #: The condition (status, reason, message) last written: a pod event that shows another one (a late
-    #: event, or someone else's write) gets the verdict written again.
-    written: tuple[str, str, str] | None = None
-
-
-@dataclass
-class ResourceMemory:
-    """Per resource: when each observed revision was first seen, and the trusted-on-first-use record."""
-
-    first_seen: dict[str, str] = field(default_factory=dict)
-    trusted: dict[str, Any] | None = None
-    last_verification: str | None = None
-    definitions_size: dict[str, int] = field(default_factory=dict)
-    #: Enforcement Quarantine: what the proxies withheld (newest first), and Services that bypass them.
-    withheld: list[dict[str, Any]] = field(default_factory=list)
-    bypassing: list[str] = field(default_factory=list)
 
 
 def build_status(policy: Policy, pods: Sequence[tuple[PodRecord, PodTrack | None]], memory: ResourceMemory,
@@ -99,7 +63,7 @@ def build_status(policy: Policy, pods: Sequence[tuple[PodRecord, PodTrack | None
         "observed": _observed(pods, memory, definitions_limit),
         "conditions": _conditions(policy, phase, counts, len(pods), previous, memory.bypassing),
     }
-    if policy.enforcement in PROXIED or memory.withheld:
+    if policy.enforcement in PROXIED_ENFORCEMENTS or memory.withheld:
         status["proxy"] = {"withheld": memory.withheld[:WITHHELD_LISTED], "bypassingServices": memory.bypassing}
     if memory.last_verification:
         status["lastVerificationTime"] = memory.last_verification
@@ -194,7 +158,7 @@ def _conditions(policy: Policy, phase: str, counts: Counter[PodState], total: in
         ("Stalled", "True" if policy.problems else "False", "InvalidSpec" if policy.problems else "SpecValid",
          "; ".join(policy.problems)[:1024] if policy.problems else "the spec is usable"),
     ]
-    if policy.enforcement in PROXIED:
+    if policy.enforcement in PROXIED_ENFORCEMENTS:
         wanted.append(("ProxyBypassed", "True" if bypassing else "False",
                        "ServiceBypassesProxy" if bypassing else "AllServicesProxied",
                        (f"Services that send traffic past the proxy (target the MCP port, not lockstep-mcp): "

@@ -248,7 +248,8 @@ async def test_replace_in_git_drops_old_entries_and_their_comments(cluster, clea
 async def test_a_revision_trusted_on_first_use_can_be_pinned_in_git(cluster, clean, tmp_path):
     from lockstep.operator.cache import PodRecord
     from lockstep.operator.judge import Policy, judge
-    from lockstep.operator.status import PodTrack, ResourceMemory, build_status
+    from lockstep.operator.state import PodTrack, ResourceMemory
+    from lockstep.operator.status import build_status
 
     from lockstep.core.report import Observation
 

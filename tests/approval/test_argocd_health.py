@@ -12,7 +12,8 @@ import pytest
 import yaml
 from lockstep.operator.cache import PodRecord
 from lockstep.operator.judge import Policy, judge_stale
-from lockstep.operator.status import PodTrack, ResourceMemory, build_status
+from lockstep.operator.state import PodTrack, ResourceMemory
+from lockstep.operator.status import build_status
 from lockstep_testing.approval_support import interface_manifest, read_weather, weather, with_status
 
 ARGOCD = Path(__file__).resolve().parents[2] / "examples" / "gitops" / "argocd"

@@ -17,7 +17,8 @@ from typing import Any
 from click.testing import CliRunner, Result
 from lockstep.operator.cache import PodRecord
 from lockstep.operator.judge import Policy, judge
-from lockstep.operator.status import PodTrack, ResourceMemory, build_status
+from lockstep.operator.state import PodTrack, ResourceMemory
+from lockstep.operator.status import build_status
 
 from lockstep.cli import cli
 from lockstep.core import Interface

@@ -208,7 +208,8 @@ def test_rejects_broken_manifests(change: dict[str, Any], expected: str) -> None
 def test_the_status_the_operator_writes_fits_the_schema() -> None:
     from lockstep.operator.cache import PodRecord
     from lockstep.operator.judge import Policy, judge
-    from lockstep.operator.status import PodTrack, ResourceMemory, build_status
+    from lockstep.operator.state import PodTrack, ResourceMemory
+    from lockstep.operator.status import build_status
 
     from lockstep.core.report import Observation
 

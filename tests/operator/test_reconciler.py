@@ -119,7 +119,7 @@ async def test_a_true_condition_lockstep_did_not_write_lasts_only_stale_after() 
     await reconciler.on_pod("MODIFIED", _with_condition(FORGED))
     await reconciler.check_stale()
     assert api.writes == []  # within staleAfter: it may be the previous leader's last write
-    reconciler.tracks[("ns", "p1")].received_at -= 10_000
+    reconciler.state.tracks[("ns", "p1")].received_at -= 10_000
     reconciler.clock.listening_since -= 10_000  # the operator listened all along
     await reconciler.check_stale()
     assert api.writes == ["ReportStale"]
@@ -136,7 +136,7 @@ async def test_a_replica_never_corrects_a_condition_of_a_pod_it_does_not_own() -
     reconciler.synced.set()
     await reconciler.on_pod("ADDED", POD)
     await reconciler.on_pod("MODIFIED", _with_condition(FORGED))
-    assert api.writes == [] and ("ns", "p1") not in reconciler.tracks
+    assert api.writes == [] and ("ns", "p1") not in reconciler.state.tracks
 
 
 async def test_a_forged_true_on_a_pod_no_resource_selects_is_set_false() -> None:
@@ -158,7 +158,7 @@ async def test_a_restored_true_without_an_observation_goes_stale_when_the_pod_st
     await reconciler.on_pod("ADDED", api.pod)
     reconciler.synced.set()
     reconciler._restore_track(reconciler.cache.pod("ns", "p1"))  # type: ignore[arg-type]
-    track = reconciler.tracks[("ns", "p1")]
+    track = reconciler.state.tracks[("ns", "p1")]
     assert track.observation is None and track.written is not None and track.written[0] == "True"
     await reconciler.check_stale()
     assert api.writes == []  # within staleAfter of the restart: kept
@@ -166,3 +166,51 @@ async def test_a_restored_true_without_an_observation_goes_stale_when_the_pod_st
     reconciler.clock.listening_since -= 10_000  # the operator listened all along
     await reconciler.check_stale()
     assert api.writes == ["ReportStale"]
+
+
+async def test_a_deleted_resource_leaves_nothing_of_it_behind() -> None:
+    api = RecordingApi()
+    reconciler = Reconciler(OperatorConfig(), api, Metrics(), SilentEvents())  # type: ignore[arg-type]
+    reconciler.synced.set()
+    await reconciler.on_resource("ADDED", RESOURCE)
+    await reconciler.on_pod("ADDED", POD)
+    await reconciler.accept(reconciler.cache.pod("ns", "p1"), _report(GOOD))  # type: ignore[arg-type]
+    await reconciler.flush_status()
+    resource = reconciler.state.resources[("ns", "w")]
+    assert resource.held and resource.written_status and resource.metric_children  # what there was to forget
+
+    await reconciler.on_resource("DELETED", RESOURCE)
+    assert ("ns", "w") not in reconciler.state.resources
+    assert ("ns", "w") not in reconciler.state.owned | reconciler.state.dirty | reconciler.state.urgent
+    assert api.writes == ["Verified", "NotApproved"]  # and its pod is cut
+
+
+async def test_rebalance_hands_a_resource_over_and_takes_it_back_from_the_cluster() -> None:
+    """Replicas came or went: a resource now owned elsewhere is forgotten here (pods and all), and one
+    gained is rebuilt from the cluster as at a start: the pod's verdict from its condition, no write."""
+    api = RecordingApi()
+    owner = {"here": True}
+    reconciler = Reconciler(OperatorConfig(), api, Metrics(), SilentEvents(),  # type: ignore[arg-type]
+                            owns=lambda key: owner["here"], alone=lambda: False)
+    await reconciler.on_resource("ADDED", RESOURCE)
+    await reconciler.on_pod("ADDED", POD)
+    reconciler.synced.set()
+    await reconciler.rebalance()
+    await reconciler.accept(reconciler.cache.pod("ns", "p1"), _report(GOOD))  # type: ignore[arg-type]
+    assert ("ns", "p1") in reconciler.state.tracks and reconciler.state.owned == {("ns", "w")}
+
+    owner["here"] = False
+    await reconciler.rebalance()
+    assert reconciler.state.tracks == {} and reconciler.state.owned == set()
+    assert ("ns", "w") not in reconciler.state.resources
+    await reconciler.check_stale()  # another replica's pod: never judged stale here
+    reconciler.clock.listening_since -= 10_000
+    await reconciler.check_stale()
+    assert api.writes == ["Verified"]
+
+    owner["here"] = True
+    await reconciler.rebalance()
+    track = reconciler.state.tracks[("ns", "p1")]
+    assert track.written is not None and track.written[:2] == ("True", "Verified")
+    assert reconciler.state.owned == {("ns", "w")} and ("ns", "w") in reconciler.state.dirty
+    assert api.writes == ["Verified"]  # taken back without a write

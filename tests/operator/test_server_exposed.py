@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 from lockstep.operator.cache import ClusterCache, PodRecord, ResourceRecord
 from lockstep.operator.judge import Policy, Reason, judge
-from lockstep.operator.quarantine import Quarantine
+from lockstep.operator.metrics import Metrics
+from lockstep.operator.quarantine import QuarantineBook
+from lockstep.operator.state import State
 
 from lockstep.core import Interface
 from lockstep.core.report import Observation, ReportError
@@ -68,13 +70,8 @@ def test_the_report_field_round_trips_and_is_typed() -> None:
         Observation.from_dict({**body, "serverExposed": "yes"})
 
 
-class _Bypass(Quarantine):
-    def __init__(self) -> None:
-        self.cache, self.services = ClusterCache(), {}
-
-
 def _bypassing(enforcement: str, targets: tuple[str, ...], endpoint: Any = 8080) -> list[str]:
-    check = _Bypass()
+    check = QuarantineBook(State(), ClusterCache(), events=None, metrics=Metrics())  # type: ignore[arg-type]
     policy = Policy.from_resource({"metadata": {"namespace": "agents", "name": "weather"},
                                    "spec": {"selector": {"matchLabels": {"app": "weather"}}, "enforcement": enforcement,
                                             "endpoint": {"port": endpoint}}})
