@@ -41,7 +41,7 @@ from aiohttp import web
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-from lockstep_testing.control_plane import assets_folder, start_control_plane
+from lockstep.demo.control_plane import assets_folder, start_control_plane
 from lockstep_testing.kmock_support import make_tls_files
 
 RATE = 200.0

@@ -157,8 +157,8 @@ async def real_series(notify: bool, era: dict[str, bool], trials: int, interval:
         weather_pod,
         weather_service,
     )
-    from lockstep_testing.control_plane import assets_folder, start_control_plane
-    from lockstep_testing.kubelet import Kubelet
+    from lockstep.demo.control_plane import assets_folder, start_control_plane
+    from lockstep.demo.kubelet import Kubelet
     from lockstep_testing.lockstep_install import apply, install_lockstep
 
     assets = assets_folder()
@@ -215,7 +215,7 @@ async def real_series(notify: bool, era: dict[str, bool], trials: int, interval:
 
 
 def _exists(plane: object, path: str) -> bool:
-    from lockstep_testing.control_plane import ControlPlaneError
+    from lockstep.demo.control_plane import ControlPlaneError
 
     try:
         plane.call("GET", path)  # type: ignore[attr-defined]

@@ -471,7 +471,7 @@ async def run_phases(kubeconfig: Path, folder: Path, resources: int, chosen: Seq
 async def bench_real(resources: int, replicas: int, rate: float, seconds: float,
                      operators: int = 1, affinity: bool = True) -> tuple[list[Phase], float, int]:
     """The same three phases against a real control plane."""
-    from lockstep_testing.control_plane import assets_folder, start_control_plane
+    from lockstep.demo.control_plane import assets_folder, start_control_plane
     from lockstep_testing.lockstep_install import install_crds
 
     assets = assets_folder()
@@ -522,7 +522,7 @@ def _real(body: dict[str, Any], name: str | None = None) -> dict[str, Any]:
 
 
 async def _wait_account(plane: Any) -> None:
-    from lockstep_testing.control_plane import ControlPlaneError
+    from lockstep.demo.control_plane import ControlPlaneError
 
     for _ in range(300):
         with contextlib.suppress(ControlPlaneError):

@@ -49,7 +49,7 @@ from typing import Any, Self
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 import httpx2
-from lockstep_testing.control_plane import free_port
+from lockstep.demo.control_plane import free_port
 from lockstep_testing.mcp_servers import MutableServer, make_tools, serve_mcp
 from lockstep_testing.proxy_support import running_proxy
 

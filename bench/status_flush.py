@@ -79,7 +79,7 @@ async def flush(name: str, reconciler: Reconciler, client: KubeClient, api_cpu: 
 
 async def run(resources: int, pods: int, rounds: int) -> list[dict[str, Any]]:
     import kopf
-    from lockstep_testing.control_plane import assets_folder, start_control_plane
+    from lockstep.demo.control_plane import assets_folder, start_control_plane
     from lockstep_testing.lockstep_install import install_crds
 
     assets = assets_folder()

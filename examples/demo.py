@@ -11,8 +11,8 @@ control plane (kube-apiserver + etcd + kube-controller-manager) when KUBEBUILDER
 and the kmock emulation otherwise; the first line says which. It exits non-zero if any step does not
 happen as narrated.
 
-The control plane, the kubelet stand-in and the emulator are test support (tests/lockstep_testing):
-this program runs from a source checkout, and the product never imports them.
+The control plane and the kubelet stand-in are part of the product (lockstep/demo/); the emulator and the
+chart install are still test support (tests/lockstep_testing), so this program runs from a source checkout.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 import yaml
-from lockstep_testing.control_plane import assets_folder, free_port
+from lockstep.demo.control_plane import assets_folder, free_port
 
 NAMESPACE = "agents"
 GATE = "lockstep.dev/interface-verified"
@@ -129,8 +129,8 @@ class RealBackend:
                 f"KUBEBUILDER_ASSETS={os.environ.get('KUBEBUILDER_ASSETS')}")
 
     async def start(self, narrator: Narrator) -> None:
-        from lockstep_testing.control_plane import start_control_plane
-        from lockstep_testing.kubelet import Kubelet
+        from lockstep.demo.control_plane import start_control_plane
+        from lockstep.demo.kubelet import Kubelet
         from lockstep_testing.lockstep_install import install_lockstep
 
         narrator.say("starting the control plane (etcd, kube-apiserver, kube-controller-manager)")
@@ -152,7 +152,7 @@ class RealBackend:
         await narrator.until("namespace agents ready (its default ServiceAccount)", self._has_account)
 
     def _has_account(self) -> bool:
-        from lockstep_testing.control_plane import ControlPlaneError
+        from lockstep.demo.control_plane import ControlPlaneError
 
         with contextlib.suppress(ControlPlaneError):
             self.plane.call("GET", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts/default")
@@ -178,7 +178,7 @@ class RealBackend:
         return apply(self.plane, pod)
 
     async def run_pod(self, name: str, port: int) -> Callable[[], None]:
-        from lockstep_testing.kubelet import PodProcess
+        from lockstep.demo.kubelet import PodProcess
 
         self.running = await self.kubelet.start_pod(NAMESPACE, name, {"server": PodProcess(weather_server_argv(port))},
                                                     mcp_port=port)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lockstep_testing.control_plane import free_port
+from lockstep.demo.control_plane import free_port
 from lockstep_testing.mcp_servers import MutableServer, make_tools, serve_mcp_in_thread, split_view_server
 from lockstep_testing.proxy_support import agent_read
 

@@ -1,5 +1,5 @@
 """The real control-plane tier: etcd + kube-apiserver + kube-controller-manager from KUBEBUILDER_ASSETS,
-one per test session (tests/lockstep_testing/control_plane.py). Without that variable every test here is
+one per test session (lockstep/demo/control_plane.py). Without that variable every test here is
 skipped with the reason; CI sets it (.ci/run)."""
 
 from __future__ import annotations
@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lockstep_testing.control_plane import (
+from lockstep.demo.control_plane import (
     SKIP_REASON,
     ControlPlane,
     ControlPlaneError,
     assets_folder,
     start_control_plane,
 )
-from lockstep_testing.kubelet import Kubelet
+from lockstep.demo.kubelet import Kubelet
 from lockstep_testing.lockstep_install import Installation, api_path, apply, install_crds, install_lockstep
 
 HERE = Path(__file__).resolve().parent

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from lockstep_testing.chart_render import ALL_ON, NAMESPACED
-from lockstep_testing.control_plane import ControlPlane, ControlPlaneError
+from lockstep.demo.control_plane import ControlPlane, ControlPlaneError
 from lockstep_testing.lockstep_install import KINDS, SYSTEM_NAMESPACE, api_path, apply, render_chart
 
 OPTIONAL_GROUPS = ("monitoring.coreos.com", "cert-manager.io")

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lockstep_testing.control_plane import ControlPlane
+from lockstep.demo.control_plane import ControlPlane
 
 
 def _kubeconfig(plane: ControlPlane, folder: Path, token: str | None = None) -> Path:

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 import yaml
-from lockstep_testing.control_plane import ControlPlane, ControlPlaneError
+from lockstep.demo.control_plane import ControlPlane, ControlPlaneError
 from lockstep_testing.lockstep_install import RELEASE, SYSTEM_NAMESPACE, render_chart
 
 from lockstep.core import Interface

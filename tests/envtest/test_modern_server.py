@@ -17,8 +17,8 @@ from lockstep_testing.cluster_objects import (
     weather_pod,
     weather_service,
 )
-from lockstep_testing.control_plane import ControlPlane
-from lockstep_testing.kubelet import Kubelet
+from lockstep.demo.control_plane import ControlPlane
+from lockstep.demo.kubelet import Kubelet
 from lockstep_testing.lockstep_install import Installation, apply
 from lockstep_testing.loopback import McpServerHandle, eventually
 from lockstep_testing.mcp_servers import MutableServer

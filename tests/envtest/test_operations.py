@@ -25,9 +25,9 @@ from lockstep_testing.cluster_objects import (
     weather_pod,
     weather_service,
 )
-from lockstep_testing.control_plane import ControlPlane, ControlPlaneError
+from lockstep.demo.control_plane import ControlPlane, ControlPlaneError
 from lockstep_testing.kmock_support import Sidecar, TlsFiles
-from lockstep_testing.kubelet import Kubelet
+from lockstep.demo.kubelet import Kubelet
 from lockstep_testing.lockstep_install import Installation, api_path, apply
 from lockstep_testing.loopback import McpServerHandle, eventually, make_certificates
 from lockstep_testing.mcp_servers import MutableServer

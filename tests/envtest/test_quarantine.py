@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 from lockstep_testing.cluster_objects import GATE, POISON, TOOLS, condition, pin, pod_of, weather_pod
-from lockstep_testing.control_plane import ControlPlane, free_port
-from lockstep_testing.kubelet import Kubelet
+from lockstep.demo.control_plane import ControlPlane, free_port
+from lockstep.demo.kubelet import Kubelet
 from lockstep_testing.lockstep_install import Installation, api_path, apply
 from lockstep_testing.loopback import McpServerHandle, eventually
 from lockstep_testing.mcp_servers import MutableServer, split_view_server

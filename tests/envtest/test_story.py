@@ -32,8 +32,8 @@ from lockstep_testing.cluster_objects import (
     weather_pod,
     weather_service,
 )
-from lockstep_testing.control_plane import ControlPlane, free_port
-from lockstep_testing.kubelet import Kubelet, PodProcess, RunningPod
+from lockstep.demo.control_plane import ControlPlane, free_port
+from lockstep.demo.kubelet import Kubelet, PodProcess, RunningPod
 from lockstep_testing.lockstep_install import Installation, api_path, apply
 from lockstep_testing.loopback import McpServerHandle, eventually
 from lockstep_testing.mcp_servers import MutableServer

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from lockstep_testing.cluster_objects import weather_pod
-from lockstep_testing.control_plane import ControlPlane, ControlPlaneError
+from lockstep.demo.control_plane import ControlPlane, ControlPlaneError
 from lockstep_testing.lockstep_install import Installation, api_path, apply, render_chart
 from lockstep_testing.tenant import (
     APPROVER,

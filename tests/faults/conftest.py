@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-from lockstep_testing.control_plane import SKIP_REASON, assets_folder
+from lockstep.demo.control_plane import SKIP_REASON, assets_folder
 from lockstep_testing.operator_process import FIGURES
 
 HERE = Path(__file__).resolve().parent

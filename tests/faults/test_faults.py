@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from lockstep_testing.cluster_objects import GATE, POISON, TOOLS, pin, weather_pod
-from lockstep_testing.control_plane import ControlPlane, ControlPlaneError, assets_folder, start_control_plane
-from lockstep_testing.kubelet import Kubelet
+from lockstep.demo.control_plane import ControlPlane, ControlPlaneError, assets_folder, start_control_plane
+from lockstep.demo.kubelet import Kubelet
 from lockstep_testing.lockstep_install import RELEASE, api_path, apply
 from lockstep_testing.loopback import McpServerHandle
 from lockstep_testing.mcp_servers import MutableServer

@@ -11,7 +11,7 @@ from typing import Any
 from lockstep.core.manifest import build_manifest
 from lockstep.core.revision import Revision
 from lockstep.reader import read_interface
-from lockstep_testing.control_plane import ControlPlane
+from lockstep.demo.control_plane import ControlPlane
 from lockstep_testing.lockstep_install import api_path, apply
 from lockstep_testing.loopback import McpServerHandle
 

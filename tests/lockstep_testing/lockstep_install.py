@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 from lockstep.operator.config import OperatorConfig
 
-from lockstep_testing.control_plane import ControlPlane, ControlPlaneError, free_port
+from lockstep.demo.control_plane import ControlPlane, ControlPlaneError, free_port
 from lockstep_testing.kmock_support import RunningOperator, run_operator_thread
 from lockstep_testing.lockstep_cluster import loopback_operator_config
 from lockstep_testing.loopback import Certificates, host_address

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from lockstep_testing.control_plane import ControlPlane, ControlPlaneError, free_port
+from lockstep.demo.control_plane import ControlPlane, ControlPlaneError, free_port
 from lockstep_testing.lockstep_install import (
     RBAC_KINDS,
     RELEASE,

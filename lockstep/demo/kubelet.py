@@ -16,7 +16,7 @@ It plays the kubelet's part and no other; each step names the Kubernetes rule it
 * the final delete of a terminating pod (``gracePeriodSeconds: 0``) once its processes are stopped.
 
 The EndpointSlice controller in kube-controller-manager then really adds and removes the pod from its
-Services as Ready changes. No pytest import: the demo drives it too.
+Services as Ready changes. Part of the product (``lockstep demo --backend real``) that the tests also use.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 
 import aiohttp
 
-from lockstep_testing.control_plane import ControlPlane, free_port
+from lockstep.demo.control_plane import ControlPlane, free_port
 
 __all__ = ["SIDECAR", "Kubelet", "PodProcess", "RunningPod"]
 

@@ -6,7 +6,8 @@ gives the same folder), with a throwaway PKI made here. No kubelet, scheduler or
         api = plane.api_client()                      # system:masters
         token = plane.request_token("agents", "default", audience="lockstep.dev", pod=("p", uid))
 
-Flags and the facts behind them: ../shared/envtest/README.md. No pytest import here: the demo uses it too.
+Flags and the facts behind them: ../shared/envtest/README.md. Part of the product (``lockstep demo --backend
+real``) that the tests also use; it needs the ``demo`` extra (cryptography) and no test support.
 """
 
 from __future__ import annotations
