@@ -19,24 +19,21 @@ agents get the poison, by design). The table is printed (docs/proxy.md, README, 
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import textwrap
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from e2e.in_node import NETNS, InNode, reachable
 from lockstep_testing.real_cluster import POISON, Cluster, app_objects, eventually
 
 HERE = Path(__file__).resolve().parent
 FOREIGN = HERE.parent / "foreign"
-NETNS = os.environ.get("LOCKSTEP_E2E_NETNS", "/run/netns/realnode")
 MODES = ("Audit", "Isolate", "Quarantine")
 CLIENTS = ("keep-alive", "python-sdk", "typescript-sdk")
 MARKER = "<IMPORTANT>"
@@ -127,51 +124,11 @@ PYTHON_SDK = textwrap.dedent("""
 """)
 
 
-class _Agent:
-    """One agent process in the node's network namespace, its JSON lines collected as they come."""
-
-    def __init__(self, command: list[str]) -> None:
-        self.process = subprocess.Popen(["nsenter", f"--net={NETNS}", *command], stdout=subprocess.PIPE,
-                                        stderr=subprocess.PIPE, text=True)
-        self.entries: list[dict[str, Any]] = []
-        self.stderr: list[str] = []
-        threading.Thread(target=self._read, args=(self.process.stdout, True), daemon=True).start()
-        threading.Thread(target=self._read, args=(self.process.stderr, False), daemon=True).start()
-
-    def _read(self, stream: Any, out: bool) -> None:
-        for text in stream:
-            if not out:
-                self.stderr.append(text)
-                continue
-            try:
-                self.entries.append(json.loads(text))
-            except ValueError:
-                continue
-
-    def lists(self) -> int:
-        return sum(entry["kind"] == "list" for entry in self.entries)
-
-    def stop(self) -> list[dict[str, Any]]:
-        if self.process.poll() is None:
-            self.process.terminate()
-        self.process.wait(timeout=10)
-        time.sleep(0.2)
-        return self.entries or [{"t": time.time(), "kind": "error",
-                                 "error": f"no output; stderr: {''.join(self.stderr)[-300:]}"}]
+def _in_node(command: list[str]) -> InNode:
+    return InNode(command)
 
 
-def _reachable(ip: str, port: int) -> bool:
-    """Whether a TCP connection to ``ip:port`` from the node's network namespace is accepted."""
-    probe = f"import socket; socket.create_connection(({ip!r}, {port}), timeout=1).close()"
-    return subprocess.run(["nsenter", f"--net={NETNS}", sys.executable, "-c", probe], capture_output=True,
-                          timeout=10).returncode == 0
-
-
-def _in_node(command: list[str]) -> _Agent:
-    return _Agent(command)
-
-
-def _agent(kind: str, ip: str, seconds: float) -> _Agent:
+def _agent(kind: str, ip: str, seconds: float) -> InNode:
     if kind == "keep-alive":
         return _in_node([sys.executable, "-c", KEEP_ALIVE, ip, "8080", str(seconds), MARKER])
     if kind == "python-sdk":
@@ -234,7 +191,7 @@ def test_no_connected_agent_gets_a_poisoned_answer_in_isolate_or_quarantine(clus
     ips = {mode: cluster.core.read_namespaced_service(app, cluster.namespace).spec.cluster_ip
            for mode, app in apps.items()}
     for mode, ip in ips.items():  # kube-proxy programs a new Service's rules a moment after its endpoints
-        eventually(lambda ip=ip: _reachable(ip, 8080), f"the ClusterIP of {apps[mode]} answering", interval=0.2)
+        eventually(lambda ip=ip: reachable(ip, 8080), f"the ClusterIP of {apps[mode]} answering", interval=0.2)
 
     started = time.time()
     agents = {(mode, kind): _agent(kind, ips[mode], HOLD) for mode in MODES for kind in CLIENTS}
