@@ -7,8 +7,14 @@ operator reads the installed CRD (``get`` on that one name, charts/lockstep/temp
 compares its ``v1alpha1`` schema with the CRD it was built with: ``crds/mcpserverinterfaces.lockstep.dev.yaml``,
 shipped inside the package (a copy kept identical by tests/chart/test_crds.py), which declares exactly the
 fields the operator writes and reads. Each missing field is named: an error in the log, a Warning Event
-``CRDFieldsMissing`` on the CRD (Events of cluster-scoped objects live in ``default``), and the gauge
-``lockstep_crd_missing_fields``. The operator keeps running and never changes a verdict for it.
+``CRDFieldsMissing`` on the CRD (in ``default``, where Events of cluster-scoped objects live; its
+involvedObject names no namespace, so `kubectl describe crd` shows it: lockstep.operator.events), and the
+gauge ``lockstep_crd_missing_fields``. The operator keeps running and never changes a verdict for it.
+
+No condition on each MCPServerInterface says it: the fact is the cluster's, not a resource's; the condition
+would go into the very status the missing fields are pruned from (a CRD without ``status.conditions``
+drops it silently); and it would be a second writer of every resource's status at each start, beside the
+status writer's coalesced flush. ``lockstep check`` (the ``crd`` check) names the same fields on demand.
 
     missing = await check_crd(client, metrics.crd_missing_fields, events)
 """
@@ -31,7 +37,8 @@ __all__ = ["CRD_NAME", "REASON", "check_crd", "expected_schema", "missing_fields
 logger = logging.getLogger(__name__)
 
 CRD_NAME = f"{PLURAL}.{GROUP}"
-#: Where the Event goes: Events about cluster-scoped objects live in the default namespace.
+#: Where the Event goes: Events about cluster-scoped objects live in the default namespace (the
+#: involvedObject itself names none: lockstep.operator.events.build_event).
 EVENT_NAMESPACE = "default"
 REASON = "CRDFieldsMissing"
 #: How long the start waits for the CRD's answer before it goes on without the check.

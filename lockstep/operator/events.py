@@ -14,7 +14,7 @@ from lockstep.operator.kube import KubeApiError, KubeClient
 
 from lockstep.core.names import API_VERSION, KIND
 
-__all__ = ["EventPoster", "pod_ref", "resource_ref"]
+__all__ = ["EventPoster", "build_event", "event_namespace", "pod_ref", "resource_ref"]
 
 logger = logging.getLogger(__name__)
 COMPONENT = "lockstep-operator"
@@ -25,6 +25,12 @@ COMPONENT = "lockstep-operator"
 #: write (issue 18).
 POD_EVENT_RATE = 5.0
 POD_EVENT_BURST = 50
+#: Where Events about cluster-scoped objects live (as kubectl and client-go's recorder put them).
+CLUSTER_EVENT_NAMESPACE = "default"
+#: The cluster-scoped kinds Lockstep posts Events about. Their involvedObject names no namespace: `kubectl
+#: describe crd` and `kubectl events --for` find an Event by involvedObject.namespace="", and miss one that
+#: claims the namespace it was posted in.
+CLUSTER_SCOPED_KINDS = frozenset({"CustomResourceDefinition", "Namespace", "Node"})
 
 
 def pod_ref(namespace: str, name: str, uid: str) -> dict[str, str]:
@@ -35,14 +41,24 @@ def resource_ref(namespace: str, name: str, uid: str) -> dict[str, str]:
     return {"apiVersion": API_VERSION, "kind": KIND, "namespace": namespace, "name": name, "uid": uid}
 
 
+def event_namespace(ref: Mapping[str, str]) -> str:
+    """The namespace of an Event about ``ref``: its own, or ``default`` for a cluster-scoped object."""
+    if ref["kind"] in CLUSTER_SCOPED_KINDS or not ref.get("namespace"):
+        return CLUSTER_EVENT_NAMESPACE
+    return ref["namespace"]
+
+
 def build_event(ref: Mapping[str, str], type_: str, reason: str, message: str, count: int = 1) -> dict[str, Any]:
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     # An explicit name (as kubectl and client-go do): a generateName POST is not idempotent on retry.
     name = f"{ref['name']}.{secrets.token_hex(8)}"
+    involved = dict(ref)
+    if ref["kind"] in CLUSTER_SCOPED_KINDS:
+        involved.pop("namespace", None)
     return {
         "apiVersion": "v1", "kind": "Event",
-        "metadata": {"name": name, "namespace": ref["namespace"]},
-        "involvedObject": dict(ref), "type": type_, "reason": reason, "message": message[:1024],
+        "metadata": {"name": name, "namespace": event_namespace(ref)},
+        "involvedObject": involved, "type": type_, "reason": reason, "message": message[:1024],
         "source": {"component": COMPONENT}, "reportingComponent": COMPONENT,
         "firstTimestamp": now, "lastTimestamp": now, "count": count,
     }
@@ -87,7 +103,8 @@ class EventPoster:
             await asyncio.gather(*self._pending, return_exceptions=True)
 
     async def _post(self, ref: Mapping[str, str], type_: str, reason: str, message: str, count: int) -> None:
+        event = build_event(ref, type_, reason, message, count)
         try:
-            await self._client.create_event(ref["namespace"], build_event(ref, type_, reason, message, count))
+            await self._client.create_event(event["metadata"]["namespace"], event)
         except (KubeApiError, OSError) as error:
-            logger.warning("Cannot post Event %s on %s/%s: %s", reason, ref["namespace"], ref["name"], error)
+            logger.warning("Cannot post Event %s on %s %s: %s", reason, ref["kind"], ref["name"], error)
