@@ -69,12 +69,11 @@ __all__ = [
     "AnswerError",
     "AnswerVerdict",
     "ApprovedComponents",
+    "ReplicaAddress",
     "ReportAnswer",
     "SettingsError",
     "SidecarEnv",
     "WireError",
-    "endpoint_of",
-    "replica_endpoint",
     "replica_host",
 ]
 
@@ -365,14 +364,14 @@ class ReportAnswer:
     #: With several operator replicas: the address (``ip:port``) of the one that owns the pod and judged
     #: this report. The sidecar sends its next report straight there, verifying the same certificate
     #: name as the Service's, and goes back to the Service when that fails (None: through the Service).
-    report_to: str | None = None
+    report_to: ReplicaAddress | None = None
 
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {"verdict": self.verdict.to_dict(), "digests": self.digests}
         if self.approved is not None:
             body["approved"] = self.approved.to_dict()
         if self.report_to is not None:
-            body["reportTo"] = self.report_to
+            body["reportTo"] = str(self.report_to)
         return body
 
     @classmethod
@@ -389,12 +388,12 @@ class ReportAnswer:
                    _report_to(body.get("reportTo")))
 
 
-def _report_to(value: Any) -> str | None:
+def _report_to(value: Any) -> ReplicaAddress | None:
     """An IP address and port, as a replica publishes its own (a name would send reports through DNS)."""
     if value is None:
         return None
     try:
-        return replica_endpoint(value)
+        return ReplicaAddress.parse(value)
     except AddressError as error:
         raise AnswerError(f"reportTo: {error}") from None
 
@@ -421,22 +420,36 @@ def replica_host(value: Any) -> str:
     return str(address)
 
 
-def replica_endpoint(value: Any) -> str:
-    """``ip:port`` or ``[v6]:port`` of a replica's report endpoint (replica_host's rules, port 1-65535)."""
-    if not isinstance(value, str) or len(value) > 64:
-        raise AddressError(f"must be an IP address and port, not {value!r:.80}")
-    host, _, port = value.rpartition(":")
-    bracketed = host.startswith("[") and host.endswith("]")
-    host = host[1:-1] if bracketed else host
-    if not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
-        raise AddressError(f"must be an IP address and port, not {value!r:.80}")
-    address = replica_host(host)
-    if (":" in address) != bracketed:
-        raise AddressError(f"must be an IP address and port, not {value!r:.80}")
-    return value
+@dataclass(frozen=True)
+class ReplicaAddress:
+    """Where a replica takes reports: a unicast pod IP (replica_host's rules) and a port. The replica
+    publishes it in the peering object and names it in its answers (``reportTo``); the peering, the
+    sidecar and ``--advertise-address`` all read it with :meth:`parse`, so one rule decides what an
+    address is. Written ``ip:port`` or ``[v6]:port``."""
 
+    host: str
+    port: int
 
-def endpoint_of(host: str, port: int) -> str:
-    """The endpoint a replica publishes for ``host`` (replica_host's rules) and its port."""
-    address = replica_host(host)
-    return f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+    @classmethod
+    def of(cls, host: Any, port: Any) -> ReplicaAddress:
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise AddressError(f"the port must be 1-65535, not {port!r:.20}")
+        return cls(replica_host(host), port)
+
+    @classmethod
+    def parse(cls, value: Any) -> ReplicaAddress:
+        """``ip:port`` or ``[v6]:port``; AddressError for anything else (a name, loopback, a bare v6)."""
+        if not isinstance(value, str) or len(value) > 64:
+            raise AddressError(f"must be an IP address and port, not {value!r:.80}")
+        host, _, port = value.rpartition(":")
+        bracketed = host.startswith("[") and host.endswith("]")
+        host = host[1:-1] if bracketed else host
+        if not (port.isascii() and port.isdigit()):
+            raise AddressError(f"must be an IP address and port, not {value!r:.80}")
+        address = cls.of(host, int(port))
+        if (":" in address.host) != bracketed:
+            raise AddressError(f"must be an IP address and port, not {value!r:.80}")
+        return address
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"

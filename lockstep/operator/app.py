@@ -26,7 +26,7 @@ from lockstep.operator.conditions import VerdictNotWritten
 from lockstep.operator.outage import PROBE_INTERVAL, ApiOutage, ApiUnavailable, EndlessBackoffs, TrackedKubeClient
 from lockstep.operator.peering import HEARTBEAT, Membership
 
-from lockstep.core.wire import endpoint_of
+from lockstep.core.wire import ReplicaAddress
 from lockstep.operator.reconciler import Reconciler
 from lockstep.operator.reports import ReportServer, TokenReviewer
 
@@ -161,14 +161,14 @@ class LockstepOperator:
         self.membership = membership = Membership(client, self.config.peering_name, self.priority, namespace)
         await membership.refresh()
         self.reconciler = reconciler = Reconciler(self.config, client, self.metrics, EventPoster(client),
-                                                  membership.owns, clock=self.clock, alone=membership.alone)
+                                                  membership, clock=self.clock)
         await reconciler.resync()
         self.report_server = ReportServer(
             self.config, reconciler, TokenReviewer(client, self.config.token_cache_seconds, outage=self.outage),
             self.metrics, self.outage, membership=membership if self.config.peering_name else None)
         await self.report_server.start()
         if self.config.advertise_address and self.config.peering_name:
-            membership.endpoint = endpoint_of(self.config.advertise_address, self.report_server.port)
+            membership.endpoint = ReplicaAddress.of(self.config.advertise_address, self.report_server.port)
             await membership.refresh()  # published now: the others relay to it from their next refresh
         await self._start_metrics()
         self._tasks = [
@@ -225,9 +225,9 @@ class LockstepOperator:
         assert reconciler is not None
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(reconciler.status_urgent.wait(), self.config.status_flush_interval)
+                await asyncio.wait_for(reconciler.state.status_urgent.wait(), self.config.status_flush_interval)
                 await asyncio.sleep(URGENT_COALESCE)
-            reconciler.status_urgent.clear()
+            reconciler.state.status_urgent.clear()
             try:
                 await reconciler.flush_status()
             except ApiUnavailable:
@@ -238,7 +238,7 @@ class LockstepOperator:
     async def _retry_writes(self) -> None:
         """Verdicts that did not land, written again until each lands or its pod is gone (fail closed)."""
         assert self.reconciler is not None
-        if self.reconciler.unwritten and not self.outage.active:
+        if self.reconciler.state.unwritten and not self.outage.active:
             await self.reconciler.retry_unwritten()
 
     async def _follow_outages(self, client: TrackedKubeClient, reconciler: Reconciler) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 from lockstep.operator.kube import KubeApiError, KubeClient
 
-from lockstep.core.wire import AddressError, replica_endpoint
+from lockstep.core.wire import AddressError, ReplicaAddress
 
 __all__ = ["HEARTBEAT", "LIFETIME", "Member", "Membership", "live_members", "owner"]
 
@@ -42,7 +42,7 @@ ENTRY_PREFIX = "replica-"
 @dataclass(frozen=True)
 class Member:
     priority: int
-    endpoint: str  # host:port of its report endpoint ("" when it publishes none)
+    endpoint: ReplicaAddress | None  # where it takes reports (None when it publishes none)
 
 
 #: How far in the future an entry's lastseen may be (clock differences between nodes).
@@ -79,10 +79,10 @@ def _member(key: Any, info: Any, now: datetime) -> Member | None:
         return None
     endpoint = info.get("endpoint")
     try:
-        endpoint = replica_endpoint(endpoint) if endpoint else ""
+        address = ReplicaAddress.parse(endpoint) if endpoint else None
     except AddressError:
-        endpoint = ""  # a member that publishes no usable address: its reports answer 503 (the sidecar retries)
-    return Member(priority, endpoint)
+        address = None  # a member that publishes no usable address: its reports answer 503 (the sidecar retries)
+    return Member(priority, address)
 
 
 def owner(key: str, priorities: list[int]) -> int | None:
@@ -92,23 +92,17 @@ def owner(key: str, priorities: list[int]) -> int | None:
                default=None)
 
 
-def endpoint_host(endpoint: str) -> str:
-    """The address part of ``host:port`` or ``[v6]:port``."""
-    host = endpoint.rpartition(":")[0]
-    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
-
-
 class Membership:
     """Standalone (no peering name): the only replica, owning everything. Otherwise refreshed by
     :meth:`refresh`, which also renews this replica's entry."""
 
     def __init__(self, client: KubeClient | None, peering_name: str | None, priority: int,
-                 namespace: str | None, endpoint: str = "") -> None:
+                 namespace: str | None, endpoint: ReplicaAddress | None = None) -> None:
         self._client = client
         self._name = peering_name
         self.priority = priority
         self._namespace = namespace
-        #: This replica's report endpoint (``host:port``), published for the others.
+        #: This replica's report endpoint, published for the others (None: not published).
         self.endpoint = endpoint
         self.members: list[Member] = [Member(priority, endpoint)]
 
@@ -121,8 +115,8 @@ class Membership:
     @property
     def peer_hosts(self) -> frozenset[str]:
         """The addresses of the other live replicas (a report they relay names its sender's address)."""
-        return frozenset(endpoint_host(member.endpoint) for member in self.members
-                         if member.priority != self.priority and member.endpoint)
+        return frozenset(member.endpoint.host for member in self.members
+                         if member.priority != self.priority and member.endpoint is not None)
 
     def alone(self) -> bool:
         """The only live replica: it owns every key."""
@@ -131,19 +125,20 @@ class Membership:
     def owns(self, key: str) -> bool:
         return owner(key, [member.priority for member in self.members]) == self.priority
 
-    def owner_endpoint(self, key: str) -> str | None:
+    def owner_endpoint(self, key: str) -> ReplicaAddress | None:
         """Where the owner of ``key`` takes reports (None: this replica owns it, or the owner publishes none)."""
         chosen = owner(key, [member.priority for member in self.members])
         if chosen is None or chosen == self.priority:
             return None
-        return next((member.endpoint or None for member in self.members if member.priority == chosen), None)
+        return next((member.endpoint for member in self.members if member.priority == chosen), None)
 
     async def refresh(self) -> bool:
         """Renew this replica's entry and read the others'; returns whether the live replicas changed."""
         if self._name is None or self._client is None:
             return False
         now = datetime.now(UTC)
-        mine = {"priority": self.priority, "lifetime": LIFETIME, "endpoint": self.endpoint,
+        mine = {"priority": self.priority, "lifetime": LIFETIME,
+                "endpoint": str(self.endpoint) if self.endpoint is not None else "",
                 "lastseen": now.isoformat()}
         try:
             body = await self._client.merge_patch(self.path, {"status": {f"{ENTRY_PREFIX}{self.priority}": mine}})

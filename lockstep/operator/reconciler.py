@@ -25,7 +25,7 @@ import contextlib
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from lockstep.operator.cache import ClusterCache, PodRecord, ResourceRecord
@@ -51,7 +51,7 @@ from lockstep.operator.metrics import Metrics
 from lockstep.operator.observed_maps import ObservedMaps
 from lockstep.operator.outage import ApiUnavailable
 from lockstep.operator.quarantine import QuarantineBook
-from lockstep.operator.replicas.ownership import Ownership
+from lockstep.operator.replicas.ownership import Ownership, Replicas
 from lockstep.operator.restore import memory_from_status, restore_track, small_enough
 from lockstep.operator.state import Key, PodTrack, State
 from lockstep.operator.status import now_iso
@@ -70,8 +70,7 @@ logger = logging.getLogger(__name__)
 
 class Reconciler:
     def __init__(self, config: OperatorConfig, client: KubeClient, metrics: Metrics, events: EventPoster,
-                 owns: Callable[[str], bool] | None = None, clock: OperatorClock | None = None, *,
-                 alone: Callable[[], bool] | None = None) -> None:
+                 replicas: Replicas | None = None, clock: OperatorClock | None = None) -> None:
         self.config = config
         #: The operator's own progress: a pod's silence never includes a pause of the operator.
         self.clock = clock or OperatorClock()
@@ -81,7 +80,7 @@ class Reconciler:
         self.synced = asyncio.Event()
         self.state = state = State()
         self.cache = cache = ClusterCache()
-        self.ownership = Ownership(cache, owns, alone)
+        self.ownership = Ownership(cache, replicas)
         self.verdict_events = VerdictEvents(events)
         self.observed_maps = ObservedMaps(client, size_limit=config.observed_configmap_size_limit,
                                           count_limit=config.observed_configmap_limit)

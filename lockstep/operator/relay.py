@@ -20,6 +20,7 @@ import aiohttp
 from aiohttp import web
 
 from lockstep.core.names import REPORT_PATH
+from lockstep.core.wire import ReplicaAddress
 
 __all__ = ["RELAYED_FOR_HEADER", "RelayFailed", "ReportRelay"]
 
@@ -45,8 +46,8 @@ class ReportRelay:
         self._session: aiohttp.ClientSession | None = None
         self.relayed = 0
 
-    async def send(self, request: web.Request, body: bytes, endpoint: str) -> web.Response:
-        """Send the report to the owner at ``endpoint`` (``host:port``) and answer with its answer."""
+    async def send(self, request: web.Request, body: bytes, endpoint: ReplicaAddress) -> web.Response:
+        """Send the report to the owner at ``endpoint`` and answer with its answer."""
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=RELAY_TIMEOUT,
                                                   connector=aiohttp.TCPConnector(limit=64, ssl=self._context))

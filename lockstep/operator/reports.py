@@ -28,6 +28,7 @@ from lockstep.operator.peering import Membership
 from lockstep.operator.conditions import VerdictNotWritten
 from lockstep.operator.reconciler import DefinitionsRequired, Reconciler
 from lockstep.operator.relay import RELAYED_FOR_HEADER, RelayFailed, ReportRelay
+from lockstep.operator.replicas.ownership import UNKNOWN, Remote
 from lockstep.operator.report_limits import ConnectionLimit, RateLimiter, token_shaped
 from lockstep.operator.skew_watch import SkewWatch
 
@@ -35,7 +36,7 @@ from lockstep.core.errors import InterfaceError
 from lockstep.core.model import loads_strict
 from lockstep.core.names import REPORT_PATH, TOKEN_AUDIENCE
 from lockstep.core.refusals import Refusal
-from lockstep.core.wire import AnswerVerdict, ReportAnswer
+from lockstep.core.wire import AnswerVerdict, ReplicaAddress, ReportAnswer
 from lockstep.core.report import Freshness, Observation, ProxyReport
 
 __all__ = ["AUDIENCE", "Identity", "ReportRejected", "ReportServer", "TokenReviewer"]
@@ -82,8 +83,8 @@ class NotServing(Exception):
 class Misrouted(Exception):
     """A report for a pod another replica owns: relayed to ``endpoint`` (None: the owner is not known)."""
 
-    def __init__(self, endpoint: str | None) -> None:
-        super().__init__(endpoint)
+    def __init__(self, endpoint: ReplicaAddress | None) -> None:
+        super().__init__(str(endpoint))
         self.endpoint = endpoint
 
 
@@ -253,12 +254,6 @@ class ReportServer:
     async def handle_health(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
 
-    def _owner_endpoint(self, pod: PodRecord) -> str | None:
-        """Where the replica that owns ``pod`` takes reports (None: this one owns it, or it is unknown)."""
-        if self.membership is None:
-            return None
-        return self.membership.owner_endpoint(self.reconciler.ownership.pod_owner_key(pod))
-
     async def handle_ready(self, request: web.Request) -> web.Response:
         if self.serving():
             return web.json_response({"status": "ready"})
@@ -319,7 +314,7 @@ class ReportServer:
             self.metrics.reports_rejected.labels(rejection.reason).inc()
         return _refusal_response(rejection)
 
-    async def _pass_on(self, request: web.Request, endpoint: str | None) -> web.Response:
+    async def _pass_on(self, request: web.Request, endpoint: ReplicaAddress | None) -> web.Response:
         """A report for a pod another replica owns goes to that replica, once."""
         if endpoint is None or RELAYED_FOR_HEADER in request.headers:
             # The owner is not known yet, or the report was relayed already (two replicas that disagree
@@ -333,7 +328,7 @@ class ReportServer:
             logger.warning("Cannot relay a report: %s", failure)
             return _not_serving()
 
-    async def _relay(self, request: web.Request, endpoint: str) -> web.Response:
+    async def _relay(self, request: web.Request, endpoint: ReplicaAddress) -> web.Response:
         """The relaying replica's part, once the token is reviewed here (``_judge`` reached Misrouted):
         the body, read within the deadline, goes to the owner as it came; the owner reviews it again."""
         assert self.relay is not None
@@ -371,8 +366,11 @@ class ReportServer:
             raise ReportRejected(Refusal.UID_MISMATCH, f"pod {identity.pod_name} has another uid than the token's")
         if not self.reconciler.selecting(pod):
             raise ReportRejected(Refusal.NOT_SELECTED, f"no MCPServerInterface selects pod {identity.pod_name}")
-        if not self.reconciler.ownership.owns_pod(pod):
-            raise Misrouted(self._owner_endpoint(pod))
+        route = self.reconciler.ownership.route(pod)
+        if isinstance(route, Remote):
+            raise Misrouted(route.address)
+        if route is UNKNOWN:
+            raise Misrouted(None)
         observation, freshness, proxy = parse_report(
             await _read_body(request, self.config.body_limit, self.config.body_read_timeout))
         try:
@@ -392,14 +390,7 @@ class ReportServer:
         # "approved": the proxy's gate, what it may let through.
         return ReportAnswer(AnswerVerdict(verdict.status, verdict.reason.value, verdict.message), digests=True,
                             approved=self.reconciler.approved_for(pod) if proxy is not None else None,
-                            report_to=self._report_to())
-
-    def _report_to(self) -> str | None:
-        """This replica's address for the sidecar's next report, when there are others to avoid a relay."""
-        membership = self.membership
-        if membership is None or len(membership.members) < 2 or not membership.endpoint:
-            return None
-        return membership.endpoint
+                            report_to=self.reconciler.ownership.own_address())
 
 
 def _not_serving() -> web.Response:

@@ -41,7 +41,7 @@ from lockstep.core.digest import InterfaceDigest
 from lockstep.core.names import REPORT_PATH
 from lockstep.core.refusals import Refusal, SidecarAction, retried_statuses
 from lockstep.core.report import FailureReason, Freshness, Observation, ProxyReport, report_body
-from lockstep.core.wire import AnswerVerdict, ApprovedComponents, ReportAnswer
+from lockstep.core.wire import AnswerVerdict, ApprovedComponents, ReplicaAddress, ReportAnswer
 
 __all__ = ["Delivery", "Reporter", "next_retry"]
 
@@ -96,9 +96,9 @@ class Reporter:
         parts = urlsplit(url)
         #: The Service's scheme and name: a replica reached by its address must present the same certificate.
         self._scheme, self._server_name = parts.scheme, parts.hostname
-        #: The replica the last answer named (``ip:port``), where the next report goes; None: the Service.
-        self.report_to: str | None = None
-        self._paused: tuple[str, float] | None = None  # the address that failed, and until when it is not tried
+        #: The replica the last answer named, where the next report goes; None: the Service.
+        self.report_to: ReplicaAddress | None = None
+        self._paused: tuple[ReplicaAddress, float] | None = None  # the address that failed, and until when it is not tried
         self._min_backoff, self._max_backoff = min_backoff, max_backoff
         self._on_delivered = on_delivered
         self._withheld = withheld  # proxy mode: every report carries a proxy section
@@ -223,7 +223,7 @@ class Reporter:
             self._on_delivered(self.last_delivery)
         return _retry_after(response) if response.status_code in RETRIED_REJECTIONS else None
 
-    async def _post_direct(self, endpoint: str, body: object, headers: dict[str, str]) -> httpx2.Response:
+    async def _post_direct(self, endpoint: ReplicaAddress, body: object, headers: dict[str, str]) -> httpx2.Response:
         """POST to the replica at ``endpoint``, verifying the Service's certificate name on that address."""
         extensions = {"sni_hostname": self._server_name} if self._scheme == "https" and self._server_name else None
         timeout = httpx2.Timeout(self._client.timeout.read, connect=DIRECT_CONNECT_TIMEOUT)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-from lockstep.operator.peering import Member, endpoint_host, live_members, owner
+from lockstep.operator.peering import Member, Membership, live_members, owner
+
+from lockstep.core.wire import ReplicaAddress
 
 NOW = datetime(2026, 11, 22, 2, 0, tzinfo=UTC)
 KEYS = [f"team-{index % 7}/server-{index}" for index in range(2000)]
@@ -19,7 +21,7 @@ def _entry(priority: int, seconds_ago: int = 1, lifetime: int = 20, endpoint: st
 def test_live_members_skip_the_expired_and_the_garbage() -> None:
     status = {"replica-10": _entry(10, endpoint="10.0.0.1:8443"), "replica-20": _entry(20, seconds_ago=30),
               "junk": "x", "bad": {"priority": "x", "lastseen": "never"}}
-    assert live_members(status, NOW) == [Member(10, "10.0.0.1:8443")]
+    assert live_members(status, NOW) == [Member(10, ReplicaAddress("10.0.0.1", 8443))]
 
 
 def test_every_key_has_one_owner_and_replicas_share_them() -> None:
@@ -37,5 +39,10 @@ def test_a_replica_that_goes_moves_only_its_own_keys() -> None:
     assert moved and all(before[key] == 30 for key in moved)
 
 
-def test_endpoint_hosts() -> None:
-    assert endpoint_host("10.0.0.1:8443") == "10.0.0.1" and endpoint_host("[fd00::1]:8443") == "fd00::1"
+def test_the_peers_are_known_by_the_hosts_they_publish() -> None:
+    membership = Membership(None, "lockstep", 10, None, ReplicaAddress("10.0.0.1", 8443))
+    membership.members = live_members({"replica-10": _entry(10, endpoint="10.0.0.1:8443"),
+                                       "replica-20": _entry(20, endpoint="[fd00::1]:8443"),
+                                       "replica-30": _entry(30, endpoint="operator.example:8443")}, NOW)
+    assert membership.peer_hosts == frozenset({"fd00::1"})  # not itself, not a name
+    assert [member.endpoint for member in membership.members][2] is None

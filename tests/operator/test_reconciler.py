@@ -52,6 +52,24 @@ class RecordingApi:
         return f"/apis/lockstep.dev/v1alpha1/namespaces/{namespace}/mcpserverinterfaces/{name}/status"
 
 
+class OtherReplicas:
+    """Replicas among which this one owns what ``here`` says (lockstep.operator.replicas.ownership.Replicas)."""
+
+    endpoint = None
+
+    def __init__(self, here: bool) -> None:
+        self.here = here
+
+    def alone(self) -> bool:
+        return False
+
+    def owns(self, key: str) -> bool:
+        return self.here
+
+    def owner_endpoint(self, key: str) -> None:
+        return None
+
+
 class SilentEvents:
     async def post(self, *args: Any, **kwargs: Any) -> bool:
         return True
@@ -132,7 +150,7 @@ async def test_a_true_condition_lockstep_did_not_write_lasts_only_stale_after() 
 async def test_a_replica_never_corrects_a_condition_of_a_pod_it_does_not_own() -> None:
     api = RecordingApi()
     reconciler = Reconciler(OperatorConfig(), api, Metrics(), SilentEvents(),  # type: ignore[arg-type]
-                            owns=lambda key: False)
+                            OtherReplicas(here=False))
     reconciler.synced.set()
     await reconciler.on_pod("ADDED", POD)
     await reconciler.on_pod("MODIFIED", _with_condition(FORGED))
@@ -189,9 +207,8 @@ async def test_rebalance_hands_a_resource_over_and_takes_it_back_from_the_cluste
     """Replicas came or went: a resource now owned elsewhere is forgotten here (pods and all), and one
     gained is rebuilt from the cluster as at a start: the pod's verdict from its condition, no write."""
     api = RecordingApi()
-    owner = {"here": True}
-    reconciler = Reconciler(OperatorConfig(), api, Metrics(), SilentEvents(),  # type: ignore[arg-type]
-                            owns=lambda key: owner["here"], alone=lambda: False)
+    replicas = OtherReplicas(here=True)
+    reconciler = Reconciler(OperatorConfig(), api, Metrics(), SilentEvents(), replicas)  # type: ignore[arg-type]
     await reconciler.on_resource("ADDED", RESOURCE)
     await reconciler.on_pod("ADDED", POD)
     reconciler.synced.set()
@@ -199,7 +216,7 @@ async def test_rebalance_hands_a_resource_over_and_takes_it_back_from_the_cluste
     await reconciler.accept(reconciler.cache.pod("ns", "p1"), _report(GOOD))  # type: ignore[arg-type]
     assert ("ns", "p1") in reconciler.state.tracks and reconciler.state.owned == {("ns", "w")}
 
-    owner["here"] = False
+    replicas.here = False
     await reconciler.rebalance()
     assert reconciler.state.tracks == {} and reconciler.state.owned == set()
     assert ("ns", "w") not in reconciler.state.resources
@@ -208,7 +225,7 @@ async def test_rebalance_hands_a_resource_over_and_takes_it_back_from_the_cluste
     await reconciler.check_stale()
     assert api.writes == ["Verified"]
 
-    owner["here"] = True
+    replicas.here = True
     await reconciler.rebalance()
     track = reconciler.state.tracks[("ns", "p1")]
     assert track.written is not None and track.written[:2] == ("True", "Verified")

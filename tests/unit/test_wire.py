@@ -17,6 +17,7 @@ from lockstep.core.wire import (
     AnswerError,
     AnswerVerdict,
     ApprovedComponents,
+    ReplicaAddress,
     ReportAnswer,
     SettingsError,
     SidecarEnv,
@@ -141,7 +142,7 @@ def test_a_malformed_answer_is_refused(body: Any) -> None:
 
 @pytest.mark.parametrize("address", ["10.244.0.7:8443", "[fd00::7]:8443"])
 def test_the_replica_an_answer_names_round_trips(address: str) -> None:
-    answer = ReportAnswer(AnswerVerdict("True", "Verified", "ok"), digests=True, report_to=address)
+    answer = ReportAnswer(AnswerVerdict("True", "Verified", "ok"), digests=True, report_to=ReplicaAddress.parse(address))
     assert answer.to_dict()["reportTo"] == address
     assert ReportAnswer.from_dict(answer.to_dict()) == answer
 

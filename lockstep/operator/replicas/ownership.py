@@ -1,14 +1,20 @@
 """Which replica writes what: each resource has one owner among the replicas (rendezvous hashing over the
-membership, lockstep.operator.peering), and a pod goes with the resource that selects it."""
+membership, lockstep.operator.replicas.membership), and a pod goes with the resource that selects it.
+
+The one place that answers "whose is this pod": the reconciler asks before it writes, the report endpoint
+before it judges (``route``: here, at another replica's address, or unknown)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
 
 from lockstep.operator.cache import ClusterCache, PodRecord
 from lockstep.operator.state import Key
 
-__all__ = ["Ownership", "owner_key"]
+from lockstep.core.wire import ReplicaAddress
+
+__all__ = ["LOCAL", "UNKNOWN", "Local", "Ownership", "Remote", "Replicas", "Route", "Unknown", "owner_key"]
 
 
 def owner_key(namespace: str, name: str) -> str:
@@ -16,21 +22,52 @@ def owner_key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
 
 
-class Ownership:
-    """This replica's share. ``owns``: whether it owns an ownership key; ``alone``: whether it is the only
-    replica (then it owns everything, and no key is computed). Without either, the replica is alone."""
+class Replicas(Protocol):
+    """The live replicas, as lockstep.operator.replicas.membership.Membership knows them."""
 
-    def __init__(self, cache: ClusterCache, owns: Callable[[str], bool] | None = None,
-                 alone: Callable[[], bool] | None = None) -> None:
+    endpoint: ReplicaAddress | None
+
+    def alone(self) -> bool: ...
+
+    def owns(self, key: str) -> bool: ...
+
+    def owner_endpoint(self, key: str) -> ReplicaAddress | None: ...
+
+
+@dataclass(frozen=True)
+class Local:
+    """This replica owns the pod: it judges and writes."""
+
+
+@dataclass(frozen=True)
+class Remote:
+    """Another replica owns the pod, and takes reports at ``address``."""
+
+    address: ReplicaAddress
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """Another replica owns the pod and publishes no address (or is not known yet): the sidecar retries."""
+
+
+Route = Local | Remote | Unknown
+LOCAL, UNKNOWN = Local(), Unknown()
+
+
+class Ownership:
+    """This replica's share of the resources and pods. Without ``replicas`` it is the only replica and owns
+    everything; with them, whatever rendezvous hashing gives it (everything while it is alone)."""
+
+    def __init__(self, cache: ClusterCache, replicas: Replicas | None = None) -> None:
         self.cache = cache
-        self._owns: Callable[[str], bool] = owns or (lambda key: True)
-        self._alone: Callable[[], bool] = alone or (lambda: owns is None)
+        self.replicas = replicas
 
     def alone(self) -> bool:
-        return self._alone()
+        return self.replicas is None or self.replicas.alone()
 
     def owns_resource(self, key: Key) -> bool:
-        return self._alone() or self._owns(owner_key(*key))
+        return self.alone() or self.replicas.owns(owner_key(*key))  # type: ignore[union-attr]
 
     def pod_owner_key(self, pod: PodRecord) -> str:
         """A pod goes with the resource that selects it (the first by name when several do: a conflict);
@@ -41,7 +78,18 @@ class Ownership:
         return f"{pod.namespace}/pods/{pod.name}"
 
     def owns_pod(self, pod: PodRecord) -> bool:
-        return self._alone() or self._owns(self.pod_owner_key(pod))
+        return self.alone() or self.replicas.owns(self.pod_owner_key(pod))  # type: ignore[union-attr]
+
+    def route(self, pod: PodRecord) -> Route:
+        """Where a report of ``pod`` is judged."""
+        if self.owns_pod(pod):
+            return LOCAL
+        address = self.replicas.owner_endpoint(self.pod_owner_key(pod))  # type: ignore[union-attr]
+        return Remote(address) if address is not None else UNKNOWN
+
+    def own_address(self) -> ReplicaAddress | None:
+        """This replica's address, for the sidecars it answers, when there are others to avoid a relay."""
+        return None if self.alone() else self.replicas.endpoint  # type: ignore[union-attr]
 
     def owned_resources(self) -> set[Key]:
         return {record.key for record in self.cache.resources() if self.owns_resource(record.key)}
