@@ -23,8 +23,8 @@ from lockstep.operator.freshness import OperatorClock
 from lockstep.operator.kube import GROUP, PLURAL, VERSION, api_counts
 from lockstep.operator.metrics import Metrics
 from lockstep.operator.conditions import VerdictNotWritten
-from lockstep.operator.outage import PROBE_INTERVAL, ApiOutage, ApiUnavailable, EndlessBackoffs, TrackedKubeClient
-from lockstep.operator.peering import HEARTBEAT, Membership
+from lockstep.operator.outage import ApiOutage, ApiUnavailable, EndlessBackoffs, TrackedKubeClient
+from lockstep.operator.peering import Membership
 
 from lockstep.core.wire import ReplicaAddress
 from lockstep.operator.reconciler import Reconciler
@@ -69,7 +69,7 @@ class LockstepOperator:
         settings.watching.server_timeout = 300
         # Whatever the length of an API outage, the watches come back on their own: kopf's default
         # retries end after about 90 s, and a watch whose retries ended stays dead (docs/operator.md).
-        settings.networking.error_backoffs = EndlessBackoffs()
+        settings.networking.error_backoffs = EndlessBackoffs(self.config.api_backoffs, self.config.api_backoff_then)
         if self.config.tls_enabled and self.config.webhook_port:
             settings.admission.server = kopf.WebhookServer(
                 port=self.config.webhook_port, certfile=self.config.tls_cert_path,
@@ -158,7 +158,8 @@ class LockstepOperator:
         # With watched namespaces, the peering object is a KopfPeering in the operator's own namespace (never a
         # tenant's: whoever patches it decides the owners); cluster-wide, the ClusterKopfPeering.
         namespace = (self.config.own_namespace or self.config.namespaces[0]) if self.config.namespaces else None
-        self.membership = membership = Membership(client, self.config.peering_name, self.priority, namespace)
+        self.membership = membership = Membership(client, self.config.peering_name, self.priority, namespace,
+                                                  lifetime=self.config.peering_lifetime)
         await membership.refresh()
         self.reconciler = reconciler = Reconciler(self.config, client, self.metrics, EventPoster(client),
                                                   membership, clock=self.clock)
@@ -248,7 +249,7 @@ class LockstepOperator:
         while True:
             await self.outage.began.wait()
             while self.outage.active:
-                await asyncio.sleep(PROBE_INTERVAL)
+                await asyncio.sleep(self.config.api_probe_interval)
                 await client.probe(client.pods_path(namespace))
             with contextlib.suppress(*NOT_WRITTEN):
                 await reconciler.retry_unwritten()
@@ -256,12 +257,12 @@ class LockstepOperator:
     async def _follow_membership(self, membership: Membership, reconciler: Reconciler) -> None:
         """Renew this replica's entry; when replicas came or went, hand over and take up resources."""
         while True:
-            await asyncio.sleep(HEARTBEAT)
+            await asyncio.sleep(self.config.peering_heartbeat)
             try:
                 if await membership.refresh():
                     await reconciler.rebalance()
             except Exception:  # the heartbeat must survive one failed round, or this replica's entry expires
-                logger.exception("Membership round failed; trying again in %s s.", HEARTBEAT)
+                logger.exception("Membership round failed; trying again in %s s.", self.config.peering_heartbeat)
 
 
 #: The first heap freeze comes once the start's lists are in memory, the next ones this often.

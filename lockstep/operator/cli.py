@@ -1,5 +1,6 @@
 """``lockstep operator``: run the operator. Every option also reads a ``LOCKSTEP_*`` variable
-(a flag beats the environment, which beats the default)."""
+(a flag beats the environment, which beats the default), but the hidden timing options the tests shorten
+heartbeats and retries with (flags only)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,16 @@ def _label_selector(ctx: click.Context, param: click.Parameter, value: str | Non
         return str(LabelSelector.parse(value or ""))
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
+
+
+def _seconds_list(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[float, ...]:
+    try:
+        seconds = tuple(float(part) for part in (value or "").split(",") if part.strip())
+    except ValueError as error:
+        raise click.BadParameter(f"not a comma-separated list of seconds: {error}") from None
+    if any(not 0 < second < 3600 for second in seconds):
+        raise click.BadParameter("each wait must be more than 0 and less than an hour")
+    return seconds
 
 
 def _unicast_address(context: click.Context, parameter: click.Parameter, value: str) -> str:
@@ -118,6 +129,16 @@ def _unicast_address(context: click.Context, parameter: click.Parameter, value: 
               help="Opted-in namespace where pods may opt out with lockstep.dev/inject=disabled (repeatable; "
                    "'*' for all). By default none may.")
 @click.option("-v", "--verbose", is_flag=True, envvar="LOCKSTEP_VERBOSE", help="Log at debug level.")
+@click.option("--peering-heartbeat", type=click.FloatRange(0.01), default=OperatorConfig.peering_heartbeat,
+              hidden=True, help="Seconds between renewals of this replica's peering entry (tests).")
+@click.option("--peering-lifetime", type=click.IntRange(1), default=OperatorConfig.peering_lifetime, hidden=True,
+              help="Seconds a peering entry stands without renewal (tests).")
+@click.option("--api-backoffs", callback=_seconds_list, default=None, hidden=True,
+              help="Comma-separated waits between retries when the Kubernetes API fails (tests).")
+@click.option("--api-backoff-then", type=click.FloatRange(0.01), default=OperatorConfig.api_backoff_then,
+              hidden=True, help="The wait between retries after those (tests).")
+@click.option("--api-probe-interval", type=click.FloatRange(0.01), default=OperatorConfig.api_probe_interval,
+              hidden=True, help="Seconds between probes while the Kubernetes API is away (tests).")
 def operator_command(namespaces: Sequence[str], watch_label_selector: str, watch_pod_selector: str,
                      report_port: int,
                      tls_cert: str | None, tls_key: str | None,
@@ -127,7 +148,9 @@ def operator_command(namespaces: Sequence[str], watch_label_selector: str, watch
                      sidecar_image: str,
                      sidecar_resources: dict[str, Any], report_url: str, operator_ca_path: str | None,
                      token_expiration_seconds: int, own_namespace: str, source_rate: float, source_burst: int,
-                     status_write_interval: float, max_clock_skew: float, allow_opt_out: Sequence[str], verbose: bool) -> None:
+                     status_write_interval: float, max_clock_skew: float, allow_opt_out: Sequence[str], verbose: bool,
+                     peering_heartbeat: float, peering_lifetime: int, api_backoffs: tuple[float, ...],
+                     api_backoff_then: float, api_probe_interval: float) -> None:
     """Run the Lockstep operator: the report endpoint, judging, status, Events, metrics and webhooks.
 
     \b
@@ -156,6 +179,9 @@ def operator_command(namespaces: Sequence[str], watch_label_selector: str, watch
         allow_opt_out=tuple(name for entry in allow_opt_out for name in entry.split()),
         source_rate=source_rate, source_burst=source_burst, max_clock_skew=max_clock_skew,
         status_write_interval=status_write_interval,
+        peering_heartbeat=peering_heartbeat, peering_lifetime=peering_lifetime,
+        api_backoffs=api_backoffs or OperatorConfig.api_backoffs, api_backoff_then=api_backoff_then,
+        api_probe_interval=api_probe_interval,
     )
     _require_credentials()
     asyncio.run(LockstepOperator(config).run())

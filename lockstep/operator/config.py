@@ -76,6 +76,17 @@ class OperatorConfig:
     #: object: the others relay to it the reports for the resources it owns. Empty: not published (a
     #: report for a resource it owns reaching another replica is answered 503, and sent again).
     advertise_address: str = ""
+    #: How often this replica renews its entry in the peering object (seconds), and how long an entry
+    #: stands without renewal: a killed replica's resources move this long after its last renewal
+    #: (lockstep.operator.peering; read by LockstepOperator and Membership).
+    peering_heartbeat: float = 5.0
+    peering_lifetime: int = 20
+    #: The waits between retries of kopf's requests and watches when the Kubernetes API fails: these,
+    #: then ``api_backoff_then`` for ever (lockstep.operator.outage.EndlessBackoffs), and while the API
+    #: server is away, how often the operator asks whether it is back (seconds).
+    api_backoffs: tuple[float, ...] = (1, 1, 2, 3, 5, 8, 13)
+    api_backoff_then: float = 15.0
+    api_probe_interval: float = 1.0
     #: For the mutating webhook (lockstep.operator.webhooks).
     sidecar_image: str = "ghcr.io/lockstep-dev/lockstep:latest"
     sidecar_resources: dict[str, Any] = field(default_factory=dict)

@@ -25,6 +25,7 @@ from typing import Any
 
 import aiohttp
 import kopf
+from lockstep.operator.config import OperatorConfig
 from lockstep.operator.kube import KubeApiError, KubeClient
 
 __all__ = ["OUTAGE_RETRY_AFTER", "ApiOutage", "ApiUnavailable", "EndlessBackoffs", "TrackedKubeClient", "request_kind"]
@@ -33,8 +34,6 @@ logger = logging.getLogger("lockstep.operator.outage")
 
 #: Seconds a sidecar is asked to wait (Retry-After) while the API server is away.
 OUTAGE_RETRY_AFTER = 5.0
-#: How often the probe asks the API server whether it is back.
-PROBE_INTERVAL = 1.0
 #: For this long after an outage, a 403 is the API server warming up (a restarted kube-apiserver refuses
 #: requests until its RBAC authorizer has synced): the write is retried, quietly, as during the outage.
 WARM_UP = 30.0
@@ -168,7 +167,8 @@ class EndlessBackoffs:
     """kopf's request retries, without an end: kopf's default (1, 1, 2, 3, 5, 8, 13, 21) runs out after
     about 90 s, and a watch whose retries ran out stays dead. Every iteration starts again."""
 
-    def __init__(self, first: tuple[float, ...] = (1, 1, 2, 3, 5, 8, 13), then: float = 15.0) -> None:
+    def __init__(self, first: tuple[float, ...] = OperatorConfig.api_backoffs,
+                 then: float = OperatorConfig.api_backoff_then) -> None:
         self.first, self.then = first, then
 
     def __iter__(self) -> Any:

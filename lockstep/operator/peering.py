@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from lockstep.operator.config import OperatorConfig
 from lockstep.operator.kube import KubeApiError, KubeClient
 
 from lockstep.core.wire import AddressError, ReplicaAddress
@@ -33,9 +34,10 @@ __all__ = ["HEARTBEAT", "LIFETIME", "Member", "Membership", "live_members", "own
 logger = logging.getLogger(__name__)
 
 #: How often a replica renews its entry, and how long an entry stands without renewal: a killed
-#: replica's resources move this long after its last renewal.
-HEARTBEAT = 5.0
-LIFETIME = 20
+#: replica's resources move this long after its last renewal. The defaults of OperatorConfig's
+#: peering_heartbeat and peering_lifetime, which the replicas use (tests set them short).
+HEARTBEAT = OperatorConfig.peering_heartbeat
+LIFETIME = OperatorConfig.peering_lifetime
 ENTRY_PREFIX = "replica-"
 
 
@@ -49,16 +51,18 @@ class Member:
 CLOCK_SKEW = timedelta(seconds=30)
 
 
-def live_members(peering_status: Mapping[str, Any], now: datetime | None = None) -> list[Member]:
+def live_members(peering_status: Mapping[str, Any], now: datetime | None = None,
+                 max_lifetime: int = LIFETIME) -> list[Member]:
     """The replicas whose entry has not expired. Only Lockstep's entries count (``replica-<priority>``,
-    the key naming the entry's own priority), each with at most LIFETIME seconds and a lastseen not in
+    the key naming the entry's own priority), each with at most ``max_lifetime`` seconds (the replicas'
+    own lifetime, LIFETIME by default) and a lastseen not in
     the future: an entry written by anyone else (kopf's own, or a forged one with a lifetime of years)
     never becomes an owner for longer than a real replica's entry would. Malformed entries are skipped."""
     now = now or datetime.now(UTC)
     members = []
     for key, info in peering_status.items():
         try:
-            member = _member(key, info, now)
+            member = _member(key, info, now, max_lifetime)
         except (TypeError, ValueError, OverflowError, RecursionError):
             continue
         if member is not None:
@@ -66,7 +70,7 @@ def live_members(peering_status: Mapping[str, Any], now: datetime | None = None)
     return sorted(members, key=lambda member: member.priority)
 
 
-def _member(key: Any, info: Any, now: datetime) -> Member | None:
+def _member(key: Any, info: Any, now: datetime, max_lifetime: int = LIFETIME) -> Member | None:
     if not isinstance(key, str) or not key.startswith(ENTRY_PREFIX) or not isinstance(info, Mapping):
         return None
     priority = info.get("priority")
@@ -74,7 +78,7 @@ def _member(key: Any, info: Any, now: datetime) -> Member | None:
         return None
     seen = datetime.fromisoformat(str(info.get("lastseen")))
     seen = seen if seen.tzinfo else seen.replace(tzinfo=UTC)
-    lifetime = timedelta(seconds=min(LIFETIME, max(0, int(info.get("lifetime", LIFETIME)))))
+    lifetime = timedelta(seconds=min(max_lifetime, max(0, int(info.get("lifetime", max_lifetime)))))
     if seen > now + CLOCK_SKEW or seen + lifetime <= now:
         return None
     endpoint = info.get("endpoint")
@@ -97,8 +101,10 @@ class Membership:
     :meth:`refresh`, which also renews this replica's entry."""
 
     def __init__(self, client: KubeClient | None, peering_name: str | None, priority: int,
-                 namespace: str | None, endpoint: ReplicaAddress | None = None) -> None:
+                 namespace: str | None, endpoint: ReplicaAddress | None = None, lifetime: int = LIFETIME) -> None:
         self._client = client
+        #: How long this replica's entry stands without renewal (and the most any entry is believed).
+        self.lifetime = lifetime
         self._name = peering_name
         self.priority = priority
         self._namespace = namespace
@@ -137,7 +143,7 @@ class Membership:
         if self._name is None or self._client is None:
             return False
         now = datetime.now(UTC)
-        mine = {"priority": self.priority, "lifetime": LIFETIME,
+        mine = {"priority": self.priority, "lifetime": self.lifetime,
                 "endpoint": str(self.endpoint) if self.endpoint is not None else "",
                 "lastseen": now.isoformat()}
         try:
@@ -146,7 +152,7 @@ class Membership:
             logger.warning("Cannot renew this replica's entry in %s: %s", self.path, error)
             return False
         status = body.get("status") or {}
-        members = live_members(status, now)
+        members = live_members(status, now, self.lifetime)
         if all(member.priority != self.priority for member in members):
             members = sorted([*members, Member(self.priority, self.endpoint)], key=lambda member: member.priority)
         live = {f"{ENTRY_PREFIX}{member.priority}" for member in members}
