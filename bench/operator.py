@@ -24,7 +24,7 @@ pod's condition is written. Usage::
 Each phase sends ``--rate`` x ``--seconds`` reports, one per pod (spread over every resource); with
 ``--every-pod`` every pod of N x M reports once per phase, whatever ``--seconds``. After the main table,
 a second one gives the costs per verdict change (first, drift) and per steady report (steady, digests).
-With ``--operators 2`` two replicas share the resources out (lockstep.operator.peering) and the load
+With ``--operators 2`` two replicas share the resources out (lockstep.operator.replicas.membership) and the load
 goes round robin over them, as a Service spreads it. A report that reaches a replica that does not own
 its pod is relayed to the owner, whose answer names its address (``reportTo``); like the sidecar, the
 load sends that pod's next reports straight there (``--no-affinity``: it does not, and about half the
@@ -75,7 +75,7 @@ from lockstep.core.revision import Revision
 
 NAMESPACE = "bench"
 PEERING = "bench"  # the peering object of the replicas (--operators 2 and more)
-HEARTBEAT = 5.0  # lockstep.operator.peering's
+HEARTBEAT = 5.0  # lockstep.operator.replicas.membership's
 RESOURCE_EVENT_WINDOW = 10.0  # lockstep.operator.reconciler's
 IDLE_SECONDS = 4.0
 AT = "2026-11-22T02:00:00Z"

@@ -173,7 +173,7 @@ def check_operator(context: Context) -> Iterator[CheckResult]:
 
 
 def _membership(context: Context, ready: int) -> Iterator[CheckResult]:
-    from lockstep.operator.peering import live_members
+    from lockstep.operator.replicas.membership import live_members
 
     objects = context.kubernetes.client.CustomObjectsApi(context.api)
     peerings = objects.list_cluster_custom_object("kopf.dev", "v1", "clusterkopfpeerings",

@@ -38,10 +38,12 @@ import aiohttp
 
 from lockstep.demo.control_plane import ControlPlane, free_port
 
+from lockstep.core.names import CONDITION_TYPE, SIDECAR_NAME
+
 __all__ = ["SIDECAR", "Kubelet", "PodProcess", "RunningPod"]
 
-SIDECAR = "lockstep-sidecar"
-GATE = "lockstep.dev/interface-verified"
+SIDECAR = SIDECAR_NAME
+GATE = CONDITION_TYPE
 LEASE_SECONDS = 40
 STRATEGIC_MERGE = "application/strategic-merge-patch+json"
 

@@ -24,7 +24,7 @@ from lockstep.operator.kube import GROUP, PLURAL, VERSION, api_counts
 from lockstep.operator.metrics import Metrics
 from lockstep.operator.conditions import VerdictNotWritten
 from lockstep.operator.outage import ApiOutage, ApiUnavailable, EndlessBackoffs, TrackedKubeClient
-from lockstep.operator.peering import Membership
+from lockstep.operator.replicas.membership import Membership
 
 from lockstep.core.wire import ReplicaAddress
 from lockstep.operator.reconciler import Reconciler
@@ -64,7 +64,7 @@ class LockstepOperator:
         settings = kopf.OperatorSettings()
         settings.posting.enabled = False  # Lockstep posts its own Events, on transitions only
         # Every replica watches and serves: kopf's peering would pause all but one. The replicas share
-        # the work by resource through Lockstep's own entries in the peering object (lockstep.operator.peering).
+        # the work by resource through Lockstep's own entries in the peering object (lockstep.operator.replicas.membership).
         settings.peering.standalone = True
         settings.watching.server_timeout = 300
         # Whatever the length of an API outage, the watches come back on their own: kopf's default

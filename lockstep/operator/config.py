@@ -68,7 +68,7 @@ class OperatorConfig:
     #: revision loses its map first), each at most this large (a ConfigMap holds at most 1 MiB).
     observed_configmap_limit: int = 5
     observed_configmap_size_limit: int = 900 * 1024
-    #: The peering object the replicas share work through (lockstep.operator.peering): None is one replica.
+    #: The peering object the replicas share work through (lockstep.operator.replicas.membership): None is one replica.
     peering_name: str | None = None
     #: Priority of this replica in peering; None picks a random one so that two replicas never tie.
     peering_priority: int | None = None
@@ -78,7 +78,7 @@ class OperatorConfig:
     advertise_address: str = ""
     #: How often this replica renews its entry in the peering object (seconds), and how long an entry
     #: stands without renewal: a killed replica's resources move this long after its last renewal
-    #: (lockstep.operator.peering; read by LockstepOperator and Membership).
+    #: (lockstep.operator.replicas.membership; read by LockstepOperator and Membership).
     peering_heartbeat: float = 5.0
     peering_lifetime: int = 20
     #: The waits between retries of kopf's requests and watches when the Kubernetes API fails: these,

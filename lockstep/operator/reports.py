@@ -24,10 +24,10 @@ from lockstep.operator.cache import PodRecord
 from lockstep.operator.kube import KubeApiError, KubeClient
 from lockstep.operator.metrics import Metrics
 from lockstep.operator.outage import ApiOutage, ApiUnavailable
-from lockstep.operator.peering import Membership
+from lockstep.operator.replicas.membership import Membership
 from lockstep.operator.conditions import VerdictNotWritten
 from lockstep.operator.reconciler import DefinitionsRequired, Reconciler
-from lockstep.operator.relay import RELAYED_FOR_HEADER, RelayFailed, ReportRelay
+from lockstep.operator.replicas.relay import RELAYED_FOR_HEADER, RelayFailed, ReportRelay
 from lockstep.operator.replicas.ownership import UNKNOWN, Remote
 from lockstep.operator.report_limits import ConnectionLimit, RateLimiter, token_shaped
 from lockstep.operator.skew_watch import SkewWatch
@@ -108,13 +108,14 @@ class TokenReviewer:
         self._slots = asyncio.Semaphore(concurrency)
         self.reviews = 0  # TokenReviews sent to the API server
 
-    def known(self, token: str) -> bool:
-        """Whether ``token`` is answered from a cache (costs no TokenReview)."""
-        key = _key(token)
+    def known(self, token: str, key: str | None = None) -> bool:
+        """Whether ``token`` is answered from a cache (costs no TokenReview). ``key``: the token's
+        ``token_key``, when the caller has it already."""
+        key = key or token_key(token)
         return _fresh(self._cache.get(key)) or _fresh(self._refused.get(key))
 
-    async def identify(self, token: str) -> Identity:
-        key = _key(token)
+    async def identify(self, token: str, key: str | None = None) -> Identity:
+        key = key or token_key(token)
         cached = self._cache.get(key)
         if cached and cached[0] > time.monotonic():
             return cached[1]
@@ -150,7 +151,8 @@ class TokenReviewer:
         return identity
 
 
-def _key(token: str) -> str:
+def token_key(token: str) -> str:
+    """What the caches know a token by: its SHA-256 (the token itself is never kept)."""
     return hashlib.sha256(token.encode()).hexdigest()
 
 
@@ -348,14 +350,16 @@ class ReportServer:
         if length is not None and length > self.config.body_limit:
             raise ReportRejected(Refusal.TOO_LARGE, f"the report is larger than {self.config.body_limit} bytes")
         token = _bearer(request)
-        if not self.reviewer.known(token) and not token_shaped(token):
+        key = token_key(token)  # hashed once for the three cache look-ups below
+        known = self.reviewer.known(token, key)
+        if not known and not token_shaped(token):
             raise ReportRejected(Refusal.UNAUTHENTICATED, "the bearer token is not a service-account token")
-        if self.sources is not None and not self.reviewer.known(token):
+        if self.sources is not None and not known:
             wait = self.sources.admit(self._source(request))
             if wait:
                 raise ReportRejected(Refusal.RATE_LIMITED, "too many unknown tokens from this address",
                                      retry_after=wait)
-        identity = await self.reviewer.identify(token)
+        identity = await self.reviewer.identify(token, key)
         wait = self.limiter.admit(identity.pod_uid)
         if wait:
             raise ReportRejected(Refusal.RATE_LIMITED, "too many reports from this pod", retry_after=wait)
@@ -418,7 +422,13 @@ async def _read_body(request: web.Request, limit: int, timeout: float) -> bytes:
     """The body of an authenticated report, read within ``timeout`` seconds (a caller that holds the
     connection open with a slow body is cut off: 408 SlowBody)."""
     try:
-        return await asyncio.wait_for(request.read(), timeout)
+        if request.content.is_eof():
+            # The whole body has arrived (a report fits in a segment or two): nothing to wait for, so no
+            # deadline to arm. (A deadline through asyncio.wait_for would cost a Task and two turns of the
+            # event loop per report.) read() still enforces the body limit.
+            return await request.read()
+        async with asyncio.timeout(timeout):
+            return await request.read()
     except web.HTTPRequestEntityTooLarge:
         raise ReportRejected(Refusal.TOO_LARGE, f"the report is larger than {limit} bytes") from None
     except TimeoutError:

@@ -121,7 +121,7 @@ def test_two_replicas_spread_over_nodes_and_zones_with_peering(render: Render) -
     assert all(c["labelSelector"]["matchLabels"] == selector for c in spread)
     env = {e["name"]: e for e in operator_container(objects)["env"]}
     assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
-    # The address a standby relays reports to, published by each replica (lockstep.operator.relay).
+    # The address a standby relays reports to, published by each replica (lockstep.operator.replicas.relay).
     assert env["LOCKSTEP_POD_IP"]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     peering = one(objects, "ClusterKopfPeering")
     assert parse_operator_args(operator_container(objects)["args"])["peering_name"] == peering["metadata"]["name"]

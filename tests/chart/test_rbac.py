@@ -9,7 +9,7 @@ from lockstep_testing.api_calls import ApiCall, calls_in_source
 from lockstep_testing.chart_render import NAMESPACE, NAMESPACED, REPO, Render, find, one
 
 #: The operator's modules, and the names module whose constants (GROUP, PLURAL, ...) their paths use.
-OPERATOR_SOURCES = [*sorted((REPO / "lockstep" / "operator").glob("*.py")), REPO / "lockstep" / "core" / "names.py"]
+OPERATOR_SOURCES = [*sorted((REPO / "lockstep" / "operator").rglob("*.py")), REPO / "lockstep" / "core" / "names.py"]
 
 #: What kopf 1.45 calls by itself (kopf/_core/reactor/observation.py and engines/peering.py).
 KOPF_SCANNING = {ApiCall("apiextensions.k8s.io", "customresourcedefinitions", verb) for verb in ("list", "watch")}
@@ -18,7 +18,7 @@ KOPF_NAMESPACES = {ApiCall("", "namespaces", verb) for verb in ("list", "watch")
 
 def kopf_peering(plural: str) -> set[ApiCall]:
     """Nothing: kopf runs standalone (every replica watches); the replicas' entries in the peering object
-    are Lockstep's own patches (lockstep.operator.peering), found by the scan."""
+    are Lockstep's own patches (lockstep.operator.replicas.membership), found by the scan."""
     return set()
 
 

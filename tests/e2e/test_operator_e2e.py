@@ -199,11 +199,11 @@ def test_quarantine_serves_agents_only_the_approved_subset(cluster: Cluster) -> 
 
 
 def test_deleting_the_resources_owner_replica_flaps_no_pod(cluster: Cluster) -> None:
-    """Every operator replica serves; the one that owns the resource (lockstep.operator.peering: the
+    """Every operator replica serves; the one that owns the resource (lockstep.operator.replicas.membership: the
     entries in the peering object, with each replica's pod IP) is deleted: the other takes it over."""
     import kubernetes
 
-    from lockstep.operator.peering import live_members, owner
+    from lockstep.operator.replicas.membership import live_members, owner
 
     cluster.apply_interface({"apiVersion": "lockstep.dev/v1alpha1", "kind": "MCPServerInterface",
                              "metadata": {"name": "weather"},

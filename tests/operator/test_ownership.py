@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from lockstep.operator.cache import ClusterCache, PodRecord, ResourceRecord
 from lockstep.operator.judge import Policy
-from lockstep.operator.peering import Member, Membership
+from lockstep.operator.replicas.membership import Member, Membership
 from lockstep.operator.replicas.ownership import LOCAL, UNKNOWN, Ownership, Remote, owner_key
 
 from lockstep.core.wire import ReplicaAddress

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
-from lockstep.operator.peering import Member, Membership, live_members, owner
+from lockstep.operator.replicas.membership import Member, Membership, live_members, owner
 
 from lockstep.core.wire import ReplicaAddress
 

@@ -4,7 +4,7 @@ Every replica watches everything and serves reports; each MCPServerInterface, wi
 selects, is owned by exactly one live replica, chosen by rendezvous hashing of the resource's
 namespace/name over the live replicas' priorities (each replica draws a random one). The owner judges
 those pods, writes their conditions, the resource's status and Events, and runs their stale check; a
-replica that gets a report for a pod it does not own relays it to the owner (lockstep.operator.relay).
+replica that gets a report for a pod it does not own relays it to the owner (lockstep.operator.replicas.relay).
 When a replica joins or goes, only the resources whose owner changed move, and the new owner rebuilds
 their verdicts from the cluster, as at a start.
 

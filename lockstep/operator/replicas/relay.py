@@ -1,7 +1,7 @@
 """A replica passes a report for a pod another replica owns on to that owner.
 
 The report Service sends a report to any Ready replica. Only the owner of the pod's MCPServerInterface
-judges it (lockstep.operator.peering), so another replica passes the request on as it came: the bearer
+judges it (lockstep.operator.replicas.membership), so another replica passes the request on as it came: the bearer
 token and the body, to the address the owner published in the peering object, over HTTPS verified with
 the operator's CA for the Service's name. The owner authenticates the token itself; the relay adds the
 caller's address (RELAYED_FOR_HEADER), which the owner believes only from a live peer's address, for
