@@ -427,6 +427,25 @@ async def http_floor(folder: str, port: int, pid: int) -> list[list[str]]:
              f"{used / (2 * COUNT) * 1000:.3f}", f"{(used - idle * elapsed) / (2 * COUNT) * 1000:.3f}"]]
 
 
+def _wait_listening(port: int, server: Any, timeout: float = 120.0) -> None:
+    """Until the spawned HTTPS server takes connections (on a loaded machine importing aiohttp alone can
+    take longer than a fixed wait), then a second more for it to settle before its idle rate is measured."""
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while True:
+        if not server.is_alive():
+            raise RuntimeError("the HTTPS floor's server exited")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                break
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    time.sleep(1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--api-variants", action="store_true",
@@ -446,7 +465,7 @@ def main() -> None:
     server = multiprocessing.get_context("spawn").Process(target=serve_reports, args=(folder, port))
     server.start()
     try:
-        time.sleep(2)
+        _wait_listening(port, server)
         assert server.pid is not None
         rows += asyncio.run(http_floor(folder, port, server.pid))
     finally:
