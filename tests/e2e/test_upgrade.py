@@ -60,14 +60,17 @@ FAST_PROBE = {"interval": "5s", "timeout": "5s", "staleAfter": "60s"}
 #: After the rollback and after the second upgrade, how long the pods are watched (three probe intervals:
 #: every pod reports to the operator that now runs).
 SETTLE = 15.0
+CALL_TIMEOUT = 10.0
 MANAGED_BY, RELEASE_NAME = "app.kubernetes.io/managed-by", "meta.helm.sh/release-name"
 RESOURCE_POLICY = "helm.sh/resource-policy"
 
 #: In the node's network namespace: call get_forecast through the Service every 0.2 s, each call on a new
-#: connection and MCP session (kube-proxy balances connections); one JSON line per call.
+#: connection and MCP session (kube-proxy balances connections); one JSON line per call, with its seconds.
+#: A call fails when it is refused, reset, answered with an error, or unanswered for CALL_TIMEOUT seconds
+#: (generous: the 2 cores CI shares run this tier beside other work).
 CALLER = textwrap.dedent("""
     import http.client, json, sys, time
-    host, port = sys.argv[1], int(sys.argv[2])
+    host, port, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
     def post(conn, message, session=None):
         headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
         if session:
@@ -82,7 +85,7 @@ CALLER = textwrap.dedent("""
             body = data[-1] if data else ""
         return response.getheader("Mcp-Session-Id"), (json.loads(body) if body else {})
     def call():
-        conn = http.client.HTTPConnection(host, port, timeout=5)
+        conn = http.client.HTTPConnection(host, port, timeout=timeout)
         try:
             session, _ = post(conn, {"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
                 "protocolVersion": "2025-11-25", "capabilities": {},
@@ -96,9 +99,11 @@ CALLER = textwrap.dedent("""
     while True:
         started = time.time()
         try:
-            print(json.dumps({"t": started, "kind": "call", "ok": True, "by": call()}), flush=True)
+            by = call()
+            print(json.dumps({"t": started, "s": time.time() - started, "ok": True, "by": by}), flush=True)
         except Exception as error:
-            print(json.dumps({"t": started, "kind": "call", "ok": False, "error": repr(error)[:200]}), flush=True)
+            print(json.dumps({"t": started, "s": time.time() - started, "ok": False, "error": repr(error)[:200]}),
+                  flush=True)
         time.sleep(0.2)
 """)
 
@@ -123,6 +128,29 @@ def revisions() -> list[tuple[int, str, str]]:
     """``helm history``: (revision, status, chart) per revision."""
     lines = helm("history", RELEASE, "-n", SYSTEM_NAMESPACE).stdout.splitlines()[1:]
     return [(int(fields[0]), fields[1], fields[2]) for fields in (line.split("\t") for line in lines)]
+
+
+class Phases:
+    """When each step of the tier began, to say in which step a call failed or a pod left Ready."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[float, str]] = []
+
+    def mark(self, name: str) -> None:
+        self.started.append((time.time(), name))
+
+    def of(self, at: float) -> str:
+        return next((name for begun, name in reversed(self.started) if begun <= at), "before")
+
+    def table(self, calls: list[dict[str, Any]]) -> str:
+        rows = []
+        for _, name in self.started:
+            mine = [c for c in calls if self.of(c["t"]) == name]
+            if mine:
+                slowest = max(c.get("s", 0.0) for c in mine)
+                rows.append(f"{name}: {len(mine)} calls, {sum(not c['ok'] for c in mine)} failed, "
+                            f"slowest {slowest:.2f} s")
+        return "; ".join(rows)
 
 
 class ReadyWatch:
@@ -401,33 +429,41 @@ def uninstall(cluster: Cluster, pods: list[str]) -> None:
 
 def test_upgrade_rollback_upgrade_uninstall_with_pods_serving(cluster: Cluster, previous_chart: Path,
                                                               caller: list[InNode]) -> None:
-    started, wall = time.monotonic(), time.time()
+    started, phases = time.monotonic(), Phases()
+    phases.mark("install")
     start_at_the_previous_release(cluster, previous_chart)
     crd_uid = installed_crd(cluster.api).metadata.uid
     old = deploy_the_app(cluster)
     ip = cluster.core.read_namespaced_service(APP, cluster.namespace).spec.cluster_ip
     eventually(lambda: reachable(ip, 8080), "the Service's ClusterIP answering", interval=0.2)
     watch = ReadyWatch(cluster.api, cluster.namespace, APP)
-    caller.append(InNode([sys.executable, "-c", CALLER, ip, "8080"]))
+    caller.append(InNode([sys.executable, "-c", CALLER, ip, "8080", str(CALL_TIMEOUT)]))
     eventually(lambda: sum(e.get("ok", False) for e in caller[0].entries) >= 5, "the client's first calls",
                timeout=60, interval=0.2)
 
+    phases.mark("upgrade")
     upgrade_took = adopt_and_upgrade(cluster)
+    phases.mark("rug pull")
     pulled = old[0]
     cut = rug_pull(cluster, pulled)
+    phases.mark("restart")
     new = restart_with_the_breaking_change(cluster, old)
+    phases.mark("rollback")
     rollback_to_the_previous_release(cluster, new)
+    phases.mark("upgrade again")
     upgrade_again(cluster, new, crd_uid)
+    phases.mark("uninstall")
     uninstall(cluster, new)
 
     calls = caller[0].stop()
     watch.stop()
-    failed = [e for e in calls if not e.get("ok")]
+    failed = [{**e, "phase": phases.of(e["t"])} for e in calls if not e.get("ok")]
     served_by = {e["by"] for e in calls if e.get("ok")}
     print(f"\nupgrade tier ({PREVIOUS} -> working tree): {time.monotonic() - started:.0f} s; upgrade "
           f"{upgrade_took:.1f} s; rug pull on the {PREVIOUS} sidecar cut from the Service in {cut:.2f} s; "
-          f"{len(calls)} calls, {len(failed)} failed, served by {len(served_by)} pods; Ready transitions: "
-          f"{[(round(t - wall, 1), pod, ready, deleting) for t, pod, ready, deleting in watch.changes]}")
+          f"{len(calls)} calls, {len(failed)} failed, served by {len(served_by)} pods; {phases.table(calls)}; "
+          f"Ready transitions: {[(phases.of(t), pod, ready, deleting) for t, pod, ready, deleting in watch.changes]}")
     assert failed == [], f"{len(failed)} of {len(calls)} client calls failed: {failed[:5]}"
     assert served_by >= set(old[1:]) | set(new), f"not every serving pod was called: {served_by}"
-    assert watch.left_ready(spared={pulled}) == [], "a pod nobody pulled or deleted left Ready"
+    left = [(phases.of(t), pod) for t, pod in watch.left_ready(spared={pulled})]
+    assert left == [], f"pods nobody pulled or deleted left Ready: {left}"
