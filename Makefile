@@ -31,8 +31,12 @@ $(VENV)/.installed: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.demo-installed  ## the main job: the whole loop on a real control plane (KUBEBUILDER_ASSETS) or kmock
 	$(BIN)/lockstep demo
 
-test: setup  ## the whole test suite (what CI runs)
-	$(BIN)/pytest
+# Tests wait on processes and timers more than they compute: more workers than cores pay. The real
+# control-plane tiers run on one worker each (xdist_group in tests/envtest and tests/faults).
+TEST_WORKERS ?= 6
+
+test: setup  ## the whole test suite (what CI runs), in TEST_WORKERS processes (TEST_WORKERS=0: one)
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadgroup
 
 bench: setup  ## every benchmark; each prints a table (see bench/*.py --help for options)
 	$(BIN)/python bench/digest.py

@@ -43,8 +43,8 @@ from lockstep_testing.kmock_support import (
     run_operator,
     sidecar_for,
     verdict_of,
-    wait_for,
 )
+from lockstep_testing.polling import eventually
 
 from tables import print_table
 
@@ -98,7 +98,7 @@ async def run(rounds: int, outage: float, retry: float) -> list[list[str]]:
                     assert verdict_of(emulator, "p1") == ("True", "Verified")  # not written yet
                     state["down"] = False
                     recovered = time.perf_counter()
-                    await wait_for(lambda: verdict_of(emulator, "p1") == ("False", "InterfaceChanged"),
+                    await eventually(lambda: verdict_of(emulator, "p1") == ("False", "InterfaceChanged"),
                                    timeout=30, interval=0.005)
                     lag = time.perf_counter() - recovered
                     rows.append([str(index + 1), f"{outage:g}", str(len(refused)), f"{retry:g}",

@@ -11,6 +11,7 @@ import contextlib
 import gc
 import logging
 import random
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -57,6 +58,9 @@ class LockstepOperator:
         self.clock = OperatorClock()
         self._metrics_runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        #: Rounds of the timers so far, by job (check_stale, flush_status, _retry_writes): the tests wait on
+        #: them to know the operator moved past the point where something would have happened.
+        self.rounds: Counter[str] = Counter()
         self._register()
 
     # ------------------------------------------------------------------ kopf
@@ -174,9 +178,9 @@ class LockstepOperator:
         await self._start_metrics()
         self._tasks = [
             asyncio.create_task(self.clock.run()),
-            asyncio.create_task(_every(self.config.stale_check_interval, reconciler.check_stale)),
+            asyncio.create_task(_every(self.config.stale_check_interval, reconciler.check_stale, self.rounds)),
             asyncio.create_task(self._flush_loop()),
-            asyncio.create_task(_every(self.config.write_retry_interval, self._retry_writes)),
+            asyncio.create_task(_every(self.config.write_retry_interval, self._retry_writes, self.rounds)),
             asyncio.create_task(self._follow_outages(client, reconciler)),
             asyncio.create_task(_freeze_heap_now_and_then()),
         ]
@@ -235,6 +239,7 @@ class LockstepOperator:
                 pass  # logged once per outage (lockstep.operator.outage)
             except Exception:  # the loop must survive one failed round
                 logger.exception("Status flush failed.")
+            self.rounds["flush_status"] += 1
 
     async def _retry_writes(self) -> None:
         """Verdicts that did not land, written again until each lands or its pod is gone (fail closed)."""
@@ -284,7 +289,8 @@ async def _freeze_heap_now_and_then() -> None:
         await asyncio.sleep(HEAP_FREEZE_INTERVAL)
 
 
-async def _every(interval: float, job: Callable[[], Awaitable[None]]) -> None:
+async def _every(interval: float, job: Callable[[], Awaitable[None]], rounds: Counter[str]) -> None:
+    name = getattr(job, "__name__", str(job))
     while True:
         await asyncio.sleep(interval)
         try:
@@ -292,7 +298,8 @@ async def _every(interval: float, job: Callable[[], Awaitable[None]]) -> None:
         except ApiUnavailable:
             pass  # logged once per outage (lockstep.operator.outage); the next round tries again
         except Exception:  # a timer must survive one failed round
-            logger.exception("Periodic job %s failed.", getattr(job, "__name__", job))
+            logger.exception("Periodic job %s failed.", name)
+        rounds[name] += 1
 
 
 def _login(**kwargs: Any) -> kopf.ConnectionInfo | None:

@@ -18,11 +18,11 @@ from lockstep_testing.kmock_support import (
     make_resource,
     resource_status,
     sidecar_for,
-    wait_for,
     wait_verdict,
     weather_server,
 )
 from lockstep_testing.mcp_servers import serve_mcp
+from lockstep_testing.polling import eventually
 
 from lockstep.core import Interface
 from lockstep.core.manifest import load_pinned
@@ -47,7 +47,7 @@ async def drift_two_pods(kmock, tokens, operator, tls_files, server, url):
     await wait_verdict(kmock, "p2", ("False", "InterfaceChanged"))
     drifted = Revision.of(Interface.from_document(document_of(server))).aggregate
     # status is written a moment after the pod conditions: wait until it lists both pods on the new revision
-    await wait_for(lambda: any(entry.get("digest") == drifted and entry.get("definitions")
+    await eventually(lambda: any(entry.get("digest") == drifted and entry.get("definitions")
                                and entry.get("pods") == ["p1", "p2"]
                                for entry in resource_status(kmock).get("observed") or []))
     return sidecars, drifted
@@ -81,7 +81,7 @@ async def test_approve_in_git_then_apply_restores_the_pods(kmock, tokens, operat
         await wait_verdict(kmock, "p1", ("True", "Verified"))
         await wait_verdict(kmock, "p2", ("True", "Verified"))
         assert [len(sidecar.answers) for sidecar in sidecars] == [2, 2]  # re-judged without a new report
-        await wait_for(lambda: resource_status(kmock).get("phase") == "Verified")
+        await eventually(lambda: resource_status(kmock).get("phase") == "Verified")
         assert (await cluster.lockstep("diff", "weather")).exit_code == 0
 
 

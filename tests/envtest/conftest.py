@@ -5,10 +5,8 @@ skipped with the reason; CI sets it (.ci/run)."""
 from __future__ import annotations
 
 import secrets
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from lockstep.demo.control_plane import (
@@ -20,6 +18,7 @@ from lockstep.demo.control_plane import (
 )
 from lockstep.demo.kubelet import Kubelet
 from lockstep_testing.lockstep_install import Installation, api_path, apply, install_crds, install_lockstep
+from lockstep_testing.polling import eventually_sync
 
 HERE = Path(__file__).resolve().parent
 
@@ -29,6 +28,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if HERE in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.envtest)
+            # One pytest-xdist worker runs the tier, on one control plane (a plane a worker costs more than
+            # the tier gains from being spread).
+            item.add_marker(pytest.mark.xdist_group("envtest"))
             if skip is not None:
                 item.add_marker(skip)
 
@@ -68,7 +70,7 @@ def namespace(control_plane: ControlPlane, request: pytest.FixtureRequest) -> It
     name = "t-" + secrets.token_hex(4)
     apply(control_plane, {"apiVersion": "v1", "kind": "Namespace",
                           "metadata": {"name": name, "labels": {"lockstep.dev/inject": "enabled"}}})
-    wait_until(lambda: _has_default_account(control_plane, name), "the default ServiceAccount")
+    eventually_sync(lambda: _has_default_account(control_plane, name), what="the default ServiceAccount")
     yield name
     control_plane.call("DELETE", api_path("Namespace", name=name))
 
@@ -80,12 +82,3 @@ def _has_default_account(plane: ControlPlane, namespace: str) -> bool:
         return False
     return True
 
-
-def wait_until(condition: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")

@@ -20,8 +20,9 @@ from lockstep_testing.cluster_objects import (
 from lockstep.demo.control_plane import ControlPlane
 from lockstep.demo.kubelet import Kubelet
 from lockstep_testing.lockstep_install import Installation, apply
-from lockstep_testing.loopback import McpServerHandle, eventually
+from lockstep_testing.loopback import McpServerHandle
 from lockstep_testing.mcp_servers import MutableServer
+from lockstep_testing.polling import eventually
 
 
 async def test_a_2026_only_server_is_cut_out_on_its_listen_stream_not_the_timer(

@@ -29,8 +29,9 @@ from lockstep.demo.control_plane import ControlPlane, ControlPlaneError
 from lockstep_testing.kmock_support import Sidecar, TlsFiles
 from lockstep.demo.kubelet import Kubelet
 from lockstep_testing.lockstep_install import Installation, api_path, apply
-from lockstep_testing.loopback import McpServerHandle, eventually, make_certificates
+from lockstep_testing.loopback import McpServerHandle, make_certificates
 from lockstep_testing.mcp_servers import MutableServer
+from lockstep_testing.polling import eventually
 
 TOOLS = [{"name": "get_forecast", "description": "Forecast for a city.", "inputSchema": {"type": "object"}}]
 
@@ -174,7 +175,7 @@ async def test_an_operator_restart_keeps_verdicts_without_flapping(
     async with lockstep.run_replica() as second:
         assert second.operator.reconciler is not None
         await eventually(lambda: second.operator.reconciler.synced.is_set(), 20, "resynced")  # type: ignore[union-attr]
-        await asyncio.sleep(1.0)  # a stale timer round and a status flush, which would flip a lost verdict
+        await second.rounds()  # stale timer rounds and status flushes, which would flip a lost verdict
         assert _gate(plane, namespace, "weather-0") == before  # same status, same lastTransitionTime
         warnings = [e for e in events_about(plane, namespace, "weather-0") if e["type"] == "Warning"]
         assert warnings == []
@@ -249,7 +250,7 @@ async def test_two_replicas_both_serve_and_one_takes_over_from_the_other(
             key = (namespace, "weather")
             await eventually(lambda: all(replica.operator.reconciler.cache.resource(*key)  # type: ignore[union-attr]
                                          for replica in replicas), 20, "both replicas see the resource")
-            [owner] = [r for r in replicas if r.operator.reconciler.owns_resource(key)]  # type: ignore[union-attr]
+            [owner] = [r for r in replicas if r.operator.reconciler.ownership.owns_resource(key)]  # type: ignore[union-attr]
             [other] = [r for r in replicas if r is not owner]
             token = plane.request_token(namespace, "default", audience="lockstep.dev",
                                         pod=(pod["metadata"]["name"], pod["metadata"]["uid"]))
@@ -260,14 +261,14 @@ async def test_two_replicas_both_serve_and_one_takes_over_from_the_other(
             assert (status, answer["verdict"]["reason"]) == (202, "Verified")  # relayed to the owner
             await eventually(lambda: condition(pod_of(plane, namespace, "weather-0"), GATE) == "True", 20,
                              "judged by the owner")
-            assert key in owner.operator.reconciler._owned  # type: ignore[union-attr]
+            assert key in owner.operator.reconciler.state.owned  # type: ignore[union-attr]
             version = pod_of(plane, namespace, "weather-0")["metadata"]["resourceVersion"]
 
             owner.stop.set()
             await asyncio.to_thread(owner.thread.join, 20)
             if owner in lockstep.operators:
                 lockstep.operators.remove(owner)
-            await eventually(lambda: other.operator.reconciler.owns_resource(key), 30,  # type: ignore[union-attr]
+            await eventually(lambda: other.operator.reconciler.ownership.owns_resource(key), 30,  # type: ignore[union-attr]
                              "the other replica owns the resource")
             status, answer = await to_other.post(report)
             assert (status, answer["verdict"]["reason"]) == (202, "Verified")

@@ -20,8 +20,9 @@ from lockstep_testing.cluster_objects import GATE, POISON, TOOLS, condition, pin
 from lockstep.demo.control_plane import ControlPlane, free_port
 from lockstep.demo.kubelet import Kubelet
 from lockstep_testing.lockstep_install import Installation, api_path, apply
-from lockstep_testing.loopback import McpServerHandle, eventually
+from lockstep_testing.loopback import McpServerHandle
 from lockstep_testing.mcp_servers import MutableServer, split_view_server
+from lockstep_testing.polling import eventually
 from lockstep_testing.proxy_support import agent_read
 
 

@@ -35,8 +35,9 @@ from lockstep_testing.cluster_objects import (
 from lockstep.demo.control_plane import ControlPlane, free_port
 from lockstep.demo.kubelet import Kubelet, PodProcess, RunningPod
 from lockstep_testing.lockstep_install import Installation, api_path, apply
-from lockstep_testing.loopback import McpServerHandle, eventually
+from lockstep_testing.loopback import McpServerHandle
 from lockstep_testing.mcp_servers import MutableServer
+from lockstep_testing.polling import eventually
 
 WEATHER_SERVER = Path(__file__).resolve().parents[2] / "examples" / "weather_server.py"
 

@@ -27,8 +27,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if HERE in Path(str(item.fspath)).resolve().parents:
             item.add_marker(pytest.mark.faults)
+            item.add_marker(pytest.mark.xdist_group("faults"))  # one rig, the faults in order, on one worker
             if skip is not None:
                 item.add_marker(skip)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """On a pytest-xdist worker: hand the figures to the controller, which prints them."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None and FIGURES:
+        workeroutput["fault_figures"] = json.dumps(FIGURES)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: object, error: object) -> None:
+    """On the pytest-xdist controller: the figures of the worker that ran the faults."""
+    FIGURES.extend(json.loads(getattr(node, "workeroutput", {}).get("fault_figures", "[]")))
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

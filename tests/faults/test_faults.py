@@ -40,13 +40,23 @@ from lockstep_testing.operator_process import (
     install_lockstep_processes,
 )
 
-from lockstep.operator.peering import HEARTBEAT, LIFETIME, owner
+from lockstep_testing.polling import eventually, eventually_sync
+from lockstep_testing.timings import FAST_TIMINGS
+
+from lockstep.operator.replicas.membership import owner
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 STALE_AFTER = 20  # seconds; the sidecars report every 2 s (a lost request costs its 10 s timeout)
+REPORT_INTERVAL = 2.0
 CUT_WITHIN = 30.0  # a drifted pod is cut within this long after the fault ends
-PEERING_LIFETIME = LIFETIME  # a killed replica's entry in the peering object expires after this long
+PEERING_LIFETIME = FAST_TIMINGS["peering_lifetime"]  # a killed replica's entry in the peering object expires after this long
+#: The operator processes retry the API after these waits, then every API_BACKOFF_THEN seconds for ever.
+API_BACKOFFS, API_BACKOFF_THEN = FAST_TIMINGS["api_backoffs"], FAST_TIMINGS["api_backoff_then"]
+#: Over ten times as long as a retry schedule that ran out after API_BACKOFFS would last (kopf's own
+#: default, 1..21 s, runs out after about 90 s: the 3-minute outage this test had before the operator's
+#: schedule became configurable).
+OUTAGE = 10.0
 ORIGINAL = TOOLS[0]["description"]
 
 
@@ -185,7 +195,7 @@ async def rig(fault_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactor
         drifter = McpServerHandle(MutableServer(tools=copy.deepcopy(TOOLS), kinds=("tools",)))
         async with steady.serving(), drifter.serving(), Kubelet(plane, folder / "node").running() as kubelet:
             await pin(plane, namespace, steady,
-                      probe={"interval": "2s", "timeout": "2s", "staleAfter": f"{STALE_AFTER}s"})
+                      probe={"interval": f"{REPORT_INTERVAL:.0f}s", "timeout": "2s", "staleAfter": f"{STALE_AFTER}s"})
             log = ConditionLog(plane, namespace)
             log.start()
             for name, server in (("steady", steady), ("drifter", drifter)):
@@ -307,13 +317,17 @@ async def test_a_partition_between_sidecars_and_operator(rig: Rig) -> None:
                     _later(rig.relay.partition), _later(rig.relay.heal), hold=5)
 
 
-async def test_an_api_outage_of_three_minutes(rig: Rig) -> None:
-    """Longer than kopf's default watch retries (about 90 s): the operator keeps watching, so a spec
-    change made after the outage is seen (a watch event), and the operator never exited."""
+async def test_an_api_outage_longer_than_the_retry_schedule(rig: Rig) -> None:
+    """Longer than a finite retry schedule would last (kopf's default ends after about 90 s, and a watch
+    whose retries ended stays dead; here the operator's schedule is API_BACKOFFS, then API_BACKOFF_THEN
+    for ever): the operator keeps watching, so a spec change made after the outage is seen (a watch
+    event), and the operator never exited."""
+    assert OUTAGE > 10 * sum(API_BACKOFFS)  # a schedule that ended after API_BACKOFFS would be long over
     operator = rig.operator
-    await run_fault(rig, "kube-apiserver away 3 min", "unchanged; drifted pod serves until the API is back",
+    await run_fault(rig, f"kube-apiserver away {OUTAGE:.0f} s (> 10x the finite retries)",
+                    "unchanged; drifted pod serves until the API is back",
                     _later(lambda: rig.plane.kill("kube-apiserver")),
-                    _later(lambda: rig.plane.restart("kube-apiserver")), hold=180, pull_at=60)
+                    _later(lambda: rig.plane.restart("kube-apiserver")), hold=OUTAGE, pull_at=OUTAGE / 3)
     assert operator.popen.poll() is None
     assert operator.healthz() == 200
     # The watches live: a spec change after the outage reaches the operator (a watch event, no report).
@@ -343,11 +357,15 @@ async def _two_replicas(rig: Rig) -> tuple[OperatorProcess, OperatorProcess]:
         return {int(str(entry["endpoint"]).rpartition(":")[2]): int(entry["priority"])
                 for entry in (body.get("status") or {}).values() if isinstance(entry, dict) and entry.get("endpoint")}
 
-    await asyncio.to_thread(_wait, lambda: {first.report_port, second.report_port} <= set(members()), 60,
-                            "both replicas in the peering object")
-    await asyncio.to_thread(_wait, lambda: first.ready() and second.ready(), 30, "both replicas serving")
-    await asyncio.sleep(HEARTBEAT + 3)  # each has seen the other, and the sidecars' next reports reach both
+    await asyncio.to_thread(eventually_sync, lambda: {first.report_port, second.report_port} <= set(members()), 60,
+                            "both replicas in the peering object", interval=0.2)
+    await asyncio.to_thread(eventually_sync, lambda: first.ready() and second.ready(), 30, "both replicas serving",
+                            interval=0.2)
     by_port = members()
+    both = ", ".join(str(priority) for priority in sorted(by_port[process.report_port] for process in (first, second)))
+    await eventually(lambda: all(f"Replicas now: {both} " in process.text() for process in (first, second)),
+                     what="each replica has seen the other", timeout=60)
+    await asyncio.sleep(2 * REPORT_INTERVAL)  # the sidecars' next reports reach both (setup, not a check)
     chosen = owner(f"{rig.namespace}/weather", [by_port[first.report_port], by_port[second.report_port]])
     return (first, second) if chosen == by_port[first.report_port] else (second, first)
 
@@ -369,13 +387,3 @@ async def test_the_owner_replica_killed_during_a_rug_pull(rig: Rig) -> None:
     owner_process, _ = await _two_replicas(rig)
     await run_fault(rig, "owner replica SIGKILLed, rug pull 1 s later", "unchanged; reports 503 until the entry expires",
                     _later(owner_process.kill), _later(lambda: None), hold=1, within=PEERING_LIFETIME + 15)
-
-
-def _wait(condition: Callable[[], Any], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-

@@ -39,6 +39,7 @@ from lockstep_testing.lockstep_install import (
     render_chart,
 )
 from lockstep_testing.loopback import Certificates, host_address, make_certificates
+from lockstep_testing.timings import fast_timing_flags
 
 __all__ = ["FIGURES", "OperatorProcess", "ProcessInstallation", "ReportRelay", "install_lockstep_processes"]
 
@@ -80,7 +81,7 @@ class OperatorProcess:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
     def ready(self, timeout: float = 1.0) -> bool:
-        """Its report endpoint's /readyz: synced (every replica serves, lockstep.operator.peering)."""
+        """Its report endpoint's /readyz: synced (every replica serves, lockstep.operator.replicas.membership)."""
         context = ssl.create_default_context(cafile=str(self.ca_file))
         try:
             with urllib.request.urlopen(f"https://127.0.0.1:{self.report_port}/readyz", timeout=timeout,
@@ -125,7 +126,7 @@ class ProcessInstallation:
                 "--tls-cert", str(self.certificates.cert_file), "--tls-key", str(self.certificates.key_file),
                 "--rate-per-pod", "50", "--rate-burst", "50", "--sidecar-image", SIDECAR_IMAGE,
                 "--report-url", f"https://127.0.0.1:{self.relay_port}", "--operator-ca", str(self.ca_file),
-                "--token-expiration", "900", "--own-namespace", SYSTEM_NAMESPACE]
+                "--token-expiration", "900", "--own-namespace", SYSTEM_NAMESPACE, *fast_timing_flags()]
         if self.peering:  # and the address a standby relays reports to (the chart passes the pod IP)
             argv += ["--peering", RELEASE, "--advertise-address", host_address()]
         env = {key: value for key, value in os.environ.items() if not key.startswith("LOCKSTEP_")}

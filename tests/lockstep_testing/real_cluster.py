@@ -14,11 +14,12 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
+
+from lockstep_testing.polling import eventually_sync
 
 from lockstep import __version__
 
@@ -61,15 +62,9 @@ AGENT_SCRIPT = textwrap.dedent("""
 
 
 def eventually(check: Callable[[], T | None], what: str, timeout: float = TIMEOUT, interval: float = 1.0) -> T:
-    """Poll ``check`` until it returns a truthy value; fail naming ``what`` after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(interval)
+    """lockstep_testing.polling.eventually_sync with a real cluster's pace: ``what`` first, a longer
+    timeout, a poll a second (the API server of a real cluster is not ours alone)."""
+    return eventually_sync(check, timeout, what, interval=interval)  # type: ignore[return-value]
 
 
 def app_objects(name: str, namespace: str, *, replicas: int = 2, host: str = "127.0.0.1",

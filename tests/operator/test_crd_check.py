@@ -22,8 +22,8 @@ from lockstep_testing.kmock_support import (
     metrics_text,
     operator_config,
     run_operator,
-    wait_for,
 )
+from lockstep_testing.polling import eventually
 
 pytestmark = pytest.mark.kmock(cls=Emulator)
 
@@ -119,7 +119,7 @@ async def test_an_operator_on_a_crd_without_status_says_so_and_keeps_running(
     async with run_operator(kmock, operator_config(tls_files, metrics_port=0)) as running:
         text = await metrics_text(running)
         assert "lockstep_crd_missing_fields 1.0" in text
-        posted = await wait_for(lambda: [request.data for request in kmock["post", kmock_events()]
+        posted = await eventually(lambda: [request.data for request in kmock["post", kmock_events()]
                                          if request.data["reason"] == REASON])
         [event] = posted
         assert event["type"] == "Warning" and event["involvedObject"]["name"] == CRD_NAME

@@ -28,10 +28,10 @@ from lockstep_testing.kmock_support import (
     resource_status,
     run_operator,
     sidecar_for,
-    wait_for,
     wait_verdict,
 )
 from lockstep_testing.mcp_servers import MutableServer, serve_mcp
+from lockstep_testing.polling import eventually
 
 from lockstep.core import Interface
 from lockstep.core.revision import Revision
@@ -85,7 +85,7 @@ async def drift_large(emulator: Emulator, tokens: TokenBook, running: Any, tls_f
     await sidecar.probe(url)
     await wait_verdict(emulator, "p1", ("False", "InterfaceChanged"))
     drifted = digest_of(server)
-    await wait_for(lambda: (observed_entry(emulator, drifted) or {}).get("definitionsRef"))
+    await eventually(lambda: (observed_entry(emulator, drifted) or {}).get("definitionsRef"))
     return drifted
 
 
@@ -127,7 +127,7 @@ async def test_large_drift_is_kept_in_a_configmap_reviewed_approved_and_pruned(k
     assert [entry["digest"] for entry in spec["approved"]][-1] == drifted
 
     await wait_verdict(kmock, "p1", ("True", "Verified"))
-    await wait_for(lambda: configmap(kmock, name) is None)
+    await eventually(lambda: configmap(kmock, name) is None)
     entry = observed_entry(kmock, drifted)
     assert entry is not None and entry["approved"] and "definitionsRef" not in entry
     assert all(request.headers["Content-Type"] == MERGE_PATCH for request in configmap_writes(kmock)
@@ -168,7 +168,7 @@ async def test_a_restart_keeps_the_maps_and_their_references_without_writing_the
             # previous write's pruning, so the map has survived every write before the last one.
             for pods in (["p1", "p2"], ["p1", "p2", "p3"]):
                 await sidecar_for(running, tokens, tls_files, pods[-1]).probe(url)
-                await wait_for(lambda pods=pods: (observed_entry(kmock, drifted) or {}).get("pods") == pods)
+                await eventually(lambda pods=pods: (observed_entry(kmock, drifted) or {}).get("pods") == pods)
                 entry = observed_entry(kmock, drifted)
                 assert entry["definitionsRef"] == {"configMap": name, "key": "definitions.json"}
                 assert configmap(kmock, name) is not None
@@ -185,10 +185,10 @@ async def test_the_count_bound_drops_the_oldest_and_pruning_follows_the_pods(kmo
             server.update_tool("station_042", description=f"Release {n}: reads the records.")
             revisions.append(digest_of(server))
             await sidecar_for(running, tokens, tls_files, f"p{n}").probe(url)
-            await wait_for(lambda: (observed_entry(kmock, revisions[-1]) or {}).get("definitionsRef"))
+            await eventually(lambda: (observed_entry(kmock, revisions[-1]) or {}).get("definitionsRef"))
         first, second, third = (configmap_name("weather", digest) for digest in revisions)
 
-        await wait_for(lambda: configmap(kmock, first) is None)
+        await eventually(lambda: configmap(kmock, first) is None)
         oldest = observed_entry(kmock, revisions[0])
         assert "definitionsRef" not in oldest and "definitions" not in oldest
         assert "more than 2 unapproved revisions" in oldest["definitionsOmitted"]
@@ -197,7 +197,7 @@ async def test_the_count_bound_drops_the_oldest_and_pruning_follows_the_pods(kmo
         # p3 goes away: nobody serves the third release, so its map goes, and the oldest gets one again.
         async with kmock.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/p3") as answer:
             assert answer.status == 200
-        await wait_for(lambda: configmap(kmock, third) is None and configmap(kmock, first) is not None)
+        await eventually(lambda: configmap(kmock, third) is None and configmap(kmock, first) is not None)
         assert (observed_entry(kmock, revisions[0]) or {}).get("definitionsRef") == \
             {"configMap": first, "key": "definitions.json"}
 
@@ -210,8 +210,8 @@ async def test_definitions_over_the_size_limit_are_not_stored_and_status_says_so
         await create_objects(kmock, make_resource([]), make_pod("p1"))
         await sidecar_for(running, tokens, tls_files, "p1").probe(url)
         digest = digest_of(server)
-        entry = await wait_for(lambda: observed_entry(kmock, digest))
-        await wait_for(lambda: (observed_entry(kmock, digest) or {}).get("definitionsOmitted"))
+        entry = await eventually(lambda: observed_entry(kmock, digest))
+        await eventually(lambda: (observed_entry(kmock, digest) or {}).get("definitionsOmitted"))
         entry = observed_entry(kmock, digest)
         assert "more than the ConfigMap limit of 102400" in entry["definitionsOmitted"]
         assert "definitionsRef" not in entry and not configmap_writes(kmock)

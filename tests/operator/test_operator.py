@@ -24,11 +24,11 @@ from lockstep_testing.kmock_support import (
     pod_of,
     resource_status,
     sidecar_for,
-    wait_for,
     wait_verdict,
     weather_server,
 )
 from lockstep_testing.mcp_servers import serve_mcp
+from lockstep_testing.polling import eventually
 
 from lockstep.core import Interface
 from lockstep.core.revision import Revision
@@ -50,7 +50,7 @@ async def test_drift_isolates_and_approval_restores(kmock: Emulator, tokens: Tok
         await wait_verdict(kmock, "p2", ("True", "Verified"))
         assert [c for c in pod_of(kmock, "p1")["status"]["conditions"] if c["type"] != condition_of(
             pod_of(kmock, "p1"))["type"]] == KUBELET_CONDITIONS  # other owners' conditions kept
-        await wait_for(lambda: resource_status(kmock).get("pods", {}).get("verified") == 2)
+        await eventually(lambda: resource_status(kmock).get("pods", {}).get("verified") == 2)
         assert resource_status(kmock)["phase"] == "Verified"
         assert resource_status(kmock)["pods"] >= {"total": 2, "verified": 2, "drifted": 0}
 
@@ -62,7 +62,7 @@ async def test_drift_isolates_and_approval_restores(kmock: Emulator, tokens: Tok
             assert "tool get_alerts changed (description)" in answer["verdict"]["message"]
         await wait_verdict(kmock, "p1", ("False", "InterfaceChanged"))
         await wait_verdict(kmock, "p2", ("False", "InterfaceChanged"))
-        await wait_for(lambda: resource_status(kmock).get("pods", {}).get("drifted") == 2)
+        await eventually(lambda: resource_status(kmock).get("pods", {}).get("drifted") == 2)
         assert resource_status(kmock)["phase"] == "Drifted"
         observed = {entry["digest"]: entry for entry in resource_status(kmock)["observed"]}
         drifted = observed[Revision.of(Interface.from_document(document_of(server))).aggregate]
@@ -71,7 +71,7 @@ async def test_drift_isolates_and_approval_restores(kmock: Emulator, tokens: Tok
             [("tool", "get_alerts", "changed", "high")]
         kept = {tool["name"]: tool for tool in drifted["definitions"]["tools"]}  # kept for review
         assert kept["get_alerts"]["description"] == POISON
-        await wait_for(lambda: events_of(kmock, "Pod", "p1") == ["Verified", "InterfaceChanged"])
+        await eventually(lambda: events_of(kmock, "Pod", "p1") == ["Verified", "InterfaceChanged"])
         metrics = await metrics_text(operator)
         assert ('lockstep_drift_findings{change="changed",component_kind="tool",interface="weather",'
                 'namespace="agents",severity="high"} 1.0') in metrics
@@ -86,8 +86,8 @@ async def test_drift_isolates_and_approval_restores(kmock: Emulator, tokens: Tok
         await wait_verdict(kmock, "p1", ("True", "Verified"))
         await wait_verdict(kmock, "p2", ("True", "Verified"))
         assert [len(sidecar.answers) for sidecar in sidecars] == [2, 2]
-        await wait_for(lambda: resource_status(kmock).get("phase") == "Verified" and resource_status(kmock)["observedGeneration"] == 2)
-        await wait_for(lambda: "Approved" in events_of(kmock, "MCPServerInterface", "weather"))
+        await eventually(lambda: resource_status(kmock).get("phase") == "Verified" and resource_status(kmock)["observedGeneration"] == 2)
+        await eventually(lambda: "Approved" in events_of(kmock, "MCPServerInterface", "weather"))
         ready = {c["type"]: c for c in resource_status(kmock)["conditions"]}["Ready"]
         assert (ready["status"], ready["observedGeneration"]) == ("True", 2)
 

@@ -6,12 +6,12 @@ import copy
 from typing import Any
 
 from lockstep.operator.cache import PodRecord
+from lockstep_testing.reports import observation
 from lockstep.operator.config import OperatorConfig
 from lockstep.operator.metrics import Metrics
 from lockstep.operator.reconciler import Reconciler
 
 from lockstep.core import Interface
-from lockstep.core.report import Observation
 from lockstep.core.revision import Revision
 
 GOOD = {"tools": [{"name": "get_forecast", "description": "Forecast.", "inputSchema": {"type": "object"}}]}
@@ -75,10 +75,6 @@ class SilentEvents:
         return True
 
 
-def _report(document: dict[str, Any]) -> Observation:
-    return Observation.of_interface(Interface.from_document(document), "2026-11-22T02:00:00Z")
-
-
 async def test_a_late_watch_event_neither_rewrites_nor_hides_a_change() -> None:
     api = RecordingApi()
     reconciler = Reconciler(OperatorConfig(), api, Metrics(), SilentEvents())  # type: ignore[arg-type]
@@ -88,16 +84,16 @@ async def test_a_late_watch_event_neither_rewrites_nor_hides_a_change() -> None:
     pod = reconciler.cache.pod("ns", "p1")
     assert pod is not None
 
-    await reconciler.accept(pod, _report(GOOD))
+    await reconciler.accept(pod, observation(document=GOOD))
     verified_event = copy.deepcopy(api.pod)
-    await reconciler.accept(reconciler.cache.pod("ns", "p1"), _report(BAD))  # type: ignore[arg-type]
+    await reconciler.accept(reconciler.cache.pod("ns", "p1"), observation(document=BAD))  # type: ignore[arg-type]
     assert api.writes == ["Verified", "InterfaceChanged"]
 
     # The watch delivers the Verified version after the InterfaceChanged write.
     await reconciler.on_pod("MODIFIED", verified_event)
-    await reconciler.accept(reconciler.cache.pod("ns", "p1"), _report(BAD))  # type: ignore[arg-type]
+    await reconciler.accept(reconciler.cache.pod("ns", "p1"), observation(document=BAD))  # type: ignore[arg-type]
     assert api.writes == ["Verified", "InterfaceChanged"]  # the pod carries it already
-    await reconciler.accept(reconciler.cache.pod("ns", "p1"), _report(GOOD))  # type: ignore[arg-type]
+    await reconciler.accept(reconciler.cache.pod("ns", "p1"), observation(document=GOOD))  # type: ignore[arg-type]
     assert api.writes == ["Verified", "InterfaceChanged", "Verified"]  # and a flip back is written
     assert [c["type"] for c in api.pod["status"]["conditions"]] == ["Ready", "lockstep.dev/interface-verified"]
     assert isinstance(PodRecord.from_body(api.pod).lockstep_condition, dict)
@@ -109,7 +105,7 @@ async def test_a_pod_whose_resource_is_deleted_is_no_longer_verified() -> None:
     reconciler.synced.set()
     await reconciler.on_resource("ADDED", RESOURCE)
     await reconciler.on_pod("ADDED", POD)
-    await reconciler.accept(reconciler.cache.pod("ns", "p1"), _report(GOOD))  # type: ignore[arg-type]
+    await reconciler.accept(reconciler.cache.pod("ns", "p1"), observation(document=GOOD))  # type: ignore[arg-type]
     await reconciler.on_resource("DELETED", RESOURCE)
     assert api.writes == ["Verified", "NotApproved"]
     condition = PodRecord.from_body(api.pod).lockstep_condition
@@ -143,7 +139,7 @@ async def test_a_true_condition_lockstep_did_not_write_lasts_only_stale_after() 
     assert api.writes == ["ReportStale"]
     condition = PodRecord.from_body(api.pod).lockstep_condition
     assert condition is not None and condition["status"] == "False"
-    await reconciler.accept(reconciler.cache.pod("ns", "p1"), _report(GOOD))  # type: ignore[arg-type]
+    await reconciler.accept(reconciler.cache.pod("ns", "p1"), observation(document=GOOD))  # type: ignore[arg-type]
     assert api.writes == ["ReportStale", "Verified"]  # the pod's own report is judged as usual
 
 
@@ -192,7 +188,7 @@ async def test_a_deleted_resource_leaves_nothing_of_it_behind() -> None:
     reconciler.synced.set()
     await reconciler.on_resource("ADDED", RESOURCE)
     await reconciler.on_pod("ADDED", POD)
-    await reconciler.accept(reconciler.cache.pod("ns", "p1"), _report(GOOD))  # type: ignore[arg-type]
+    await reconciler.accept(reconciler.cache.pod("ns", "p1"), observation(document=GOOD))  # type: ignore[arg-type]
     await reconciler.flush_status()
     resource = reconciler.state.resources[("ns", "w")]
     assert resource.held and resource.written_status and resource.metric_children  # what there was to forget
@@ -213,7 +209,7 @@ async def test_rebalance_hands_a_resource_over_and_takes_it_back_from_the_cluste
     await reconciler.on_pod("ADDED", POD)
     reconciler.synced.set()
     await reconciler.rebalance()
-    await reconciler.accept(reconciler.cache.pod("ns", "p1"), _report(GOOD))  # type: ignore[arg-type]
+    await reconciler.accept(reconciler.cache.pod("ns", "p1"), observation(document=GOOD))  # type: ignore[arg-type]
     assert ("ns", "p1") in reconciler.state.tracks and reconciler.state.owned == {("ns", "w")}
 
     replicas.here = False
@@ -231,3 +227,7 @@ async def test_rebalance_hands_a_resource_over_and_takes_it_back_from_the_cluste
     assert track.written is not None and track.written[:2] == ("True", "Verified")
     assert reconciler.state.owned == {("ns", "w")} and ("ns", "w") in reconciler.state.dirty
     assert api.writes == ["Verified"]  # taken back without a write
+    await reconciler.accept(reconciler.cache.pod("ns", "p1"), observation(document=GOOD))  # type: ignore[arg-type]
+    exported = reconciler.metrics.registry.get_sample_value(
+        "lockstep_last_verification_timestamp_seconds", {"namespace": "ns", "interface": "w"})
+    assert exported is not None and exported > 0  # the owner exports its resource's gauges again

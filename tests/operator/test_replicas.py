@@ -1,5 +1,5 @@
 """Two replicas of one release: each watches everything and serves reports, and each MCPServerInterface
-is owned by one of them (lockstep.operator.peering), which alone judges its pods and writes them; a
+is owned by one of them (lockstep.operator.replicas.membership), which alone judges its pods and writes them; a
 report for a pod the other owns is relayed to the owner."""
 
 from __future__ import annotations
@@ -26,21 +26,16 @@ from lockstep_testing.kmock_support import (
     run_operator,
     sidecar_for,
     verdict_of,
-    wait_for,
 )
 from lockstep_testing.loopback import host_address
+from lockstep_testing.polling import eventually
+from lockstep_testing.replicas import PEERING, declare_peering, resource_owned_by
+from lockstep_testing.reports import report_body
 
-from lockstep.operator.peering import owner
 
 pytestmark = pytest.mark.kmock(cls=Emulator)
 
-PEERING = "lockstep"
 LOW, HIGH = 10, 20
-
-
-def _resource_owned_by(priority: int) -> str:
-    return next(name for name in (f"weather-{index}" for index in range(100))
-                if owner(f"{NAMESPACE}/{name}", [LOW, HIGH]) == priority)
 
 
 async def _ready(operator: RunningOperator, tls: TlsFiles) -> int:
@@ -50,34 +45,17 @@ async def _ready(operator: RunningOperator, tls: TlsFiles) -> int:
         return response.status
 
 
-async def _peering(kmock: Emulator) -> None:
-    kmock.resources["kopf.dev/v1/clusterkopfpeerings"] = kmock.ResourceInfo(
-        kind="ClusterKopfPeering", singular="clusterkopfpeering", namespaced=False,
-        verbs={"get", "list", "watch", "create", "patch", "update", "delete"})
-    async with kmock.post("/apis/kopf.dev/v1/clusterkopfpeerings",
-                          json={"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering",
-                                "metadata": {"name": PEERING}}) as response:
-        assert response.status < 300
-
-
 def _pod_writes(emulator: Emulator, pod: str) -> int:
     return len([request for request in emulator["patch", kmock.resource("v1/pods"), kmock.subresource("status")]
                 if f"/pods/{pod}/" in str(request.url)])
-
-
-def make_report() -> dict[str, object]:
-    from lockstep.core import Interface
-    from lockstep.core.report import Observation
-
-    return Observation.of_interface(Interface.from_document({"tools": TOOLS}), "2026-11-22T02:00:00Z").to_dict()
 
 
 async def test_every_replica_serves_and_each_resource_has_one_writer(
         kmock: Emulator, tokens: TokenBook, tls_files: TlsFiles) -> None:
     """Before issue 18: only the kopf leader served reports; the standby answered 503, and a new pod once
     waited 104 s behind eleven of them on a real node."""
-    await _peering(kmock)
-    low_name, high_name = _resource_owned_by(LOW), _resource_owned_by(HIGH)
+    await declare_peering(kmock)
+    low_name, high_name = resource_owned_by(LOW, [LOW, HIGH]), resource_owned_by(HIGH, [LOW, HIGH])
     await create_objects(
         kmock, make_resource([{"tools": TOOLS}], name=low_name, selector={"matchLabels": {"app": "low"}}),
         make_resource([{"tools": TOOLS}], name=high_name, selector={"matchLabels": {"app": "high"}}),
@@ -88,7 +66,7 @@ async def test_every_replica_serves_and_each_resource_has_one_writer(
         for replica in (low, high):
             membership = replica.operator.membership
             assert membership is not None
-            await wait_for(lambda: len(membership.members) == 2, timeout=20)  # noqa: B023
+            await eventually(lambda: len(membership.members) == 2, timeout=20)  # noqa: B023
         status = kmock.objects["kopf.dev/v1/clusterkopfpeerings", None, PEERING]["status"]
         assert {entry["endpoint"] for entry in status.values()} == {
             f"{host_address()}:{low.report_port}", f"{host_address()}:{high.report_port}"}
@@ -97,18 +75,18 @@ async def test_every_replica_serves_and_each_resource_has_one_writer(
         # Each pod's report, sent to the replica that does not own it, is judged by the one that does.
         for pod, sent_to, owned_by in (("p-low", high, low), ("p-high", low, high)):
             sidecar = sidecar_for(sent_to, tokens, tls_files, pod)
-            answer_status, answer = await sidecar.post(make_report())
+            answer_status, answer = await sidecar.post(report_body())
             assert (answer_status, answer["verdict"]["reason"]) == (202, "Verified")
-            await wait_for(lambda: verdict_of(kmock, pod) == ("True", "Verified"))  # noqa: B023
-            assert (NAMESPACE, pod) in owned_by.operator.reconciler.tracks  # type: ignore[union-attr]
-            assert (NAMESPACE, pod) not in sent_to.operator.reconciler.tracks  # type: ignore[union-attr]
+            await eventually(lambda: verdict_of(kmock, pod) == ("True", "Verified"))  # noqa: B023
+            assert (NAMESPACE, pod) in owned_by.operator.reconciler.state.tracks  # type: ignore[union-attr]
+            assert (NAMESPACE, pod) not in sent_to.operator.reconciler.state.tracks  # type: ignore[union-attr]
             assert sent_to.operator.report_server.relay.relayed >= 1  # type: ignore[union-attr]
             # A replay is refused by the owner, whichever replica it reaches.
-            replay = json.dumps({**sidecar.stamp(make_report()), "sequence": 1}).encode()
+            replay = json.dumps({**sidecar.stamp(report_body()), "sequence": 1}).encode()
             assert (await sidecar.post(None, raw=replay))[1]["reason"] == "Replayed"
         # A report relayed already is never relayed again (replicas that disagree for a moment on owners).
         status_code, answer = await sidecar_for(high, tokens, tls_files, "p-low").post(
-            make_report(), headers={"Lockstep-Relayed-For": "10.0.0.1"})
+            report_body(), headers={"Lockstep-Relayed-For": "10.0.0.1"})
         assert (status_code, answer["reason"]) == (503, "NotServing")
         assert _pod_writes(kmock, "p-low") == 1 and _pod_writes(kmock, "p-high") == 1
 
@@ -117,10 +95,10 @@ async def test_every_replica_serves_and_each_resource_has_one_writer(
         low.stop.set()
         high_reconciler = high.operator.reconciler
         assert high_reconciler is not None
-        await wait_for(lambda: high_reconciler.owns_resource((NAMESPACE, low_name)), timeout=30)
-        answer_status, answer = await sidecar_for(high, tokens, tls_files, "p-low").post(make_report())
+        await eventually(lambda: high_reconciler.ownership.owns_resource((NAMESPACE, low_name)), timeout=30)
+        answer_status, answer = await sidecar_for(high, tokens, tls_files, "p-low").post(report_body())
         assert (answer_status, answer["verdict"]["reason"]) == (202, "Verified")
-        assert (NAMESPACE, "p-low") in high_reconciler.tracks
+        assert (NAMESPACE, "p-low") in high_reconciler.state.tracks
         assert _pod_writes(kmock, "p-low") == 1
         assert verdict_of(kmock, "p-low") == ("True", "Verified")
 
@@ -133,8 +111,8 @@ async def test_a_relayed_for_address_is_believed_only_from_a_live_replica(
     config = operator_config(tls_files, source_rate=0.001, source_burst=1)
     async with run_operator(kmock, config) as running:
         sidecar = sidecar_for(running, tokens, tls_files, "p1")
-        first = await sidecar.post(make_report(), token=jwt_shaped({"n": 1}), headers={"Lockstep-Relayed-For": "10.9.9.1"})
-        second = await sidecar.post(make_report(), token=jwt_shaped({"n": 2}), headers={"Lockstep-Relayed-For": "10.9.9.2"})
+        first = await sidecar.post(report_body(), token=jwt_shaped({"n": 1}), headers={"Lockstep-Relayed-For": "10.9.9.1"})
+        second = await sidecar.post(report_body(), token=jwt_shaped({"n": 2}), headers={"Lockstep-Relayed-For": "10.9.9.2"})
         assert first[0] == 401 and second == (429, second[1]) and second[1]["reason"] == "RateLimited"
 
 
@@ -146,7 +124,7 @@ async def test_a_forged_peering_entry_never_receives_a_relayed_token(tmp_path: A
     from aiohttp.test_utils import make_mocked_request
     from lockstep_testing.kmock_support import make_tls_files
 
-    from lockstep.operator.relay import RelayFailed, ReportRelay
+    from lockstep.operator.replicas.relay import RelayFailed, ReportRelay
 
     received: list[str] = []
 

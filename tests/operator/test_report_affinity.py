@@ -6,7 +6,6 @@ Service again."""
 
 from __future__ import annotations
 
-import datetime
 import ssl
 from pathlib import Path
 from typing import Any
@@ -27,57 +26,35 @@ from lockstep_testing.kmock_support import (
     operator_config,
     run_operator,
     verdict_of,
-    wait_for,
 )
 
 from lockstep_testing.loopback import host_address
+from lockstep_testing.polling import eventually
+from lockstep_testing.replicas import PEERING, declare_peering, resource_owned_by
+from lockstep_testing.reports import observation
 
-from lockstep.core import Interface
-from lockstep.core.report import Observation
-from lockstep.operator.peering import owner
 from lockstep.sidecar.metrics import SidecarMetrics
 from lockstep.sidecar.reporter import Reporter
 
+from lockstep.core.wire import ReplicaAddress
+
 pytestmark = pytest.mark.kmock(cls=Emulator)
 
-PEERING = "lockstep"
 LOW, HIGH = 10, 20
 #: The name the sidecars reach the report Service by; the test certificate carries it (and 127.0.0.1).
 SERVICE_NAME = "localhost"
 
 
-def _observation() -> Observation:
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return Observation.of_interface(Interface.from_document({"tools": TOOLS}), now)
-
-
-def _resource_owned_by(priority: int) -> str:
-    return next(name for name in (f"weather-{index}" for index in range(100))
-                if owner(f"{NAMESPACE}/{name}", [LOW, HIGH]) == priority)
-
-
-async def _peering(kmock: Emulator) -> None:
-    import kmock as kmock_module
-
-    kmock.resources["kopf.dev/v1/clusterkopfpeerings"] = kmock_module.ResourceInfo(
-        kind="ClusterKopfPeering", singular="clusterkopfpeering", namespaced=False,
-        verbs={"get", "list", "watch", "create", "patch", "update", "delete"})
-    async with kmock.post("/apis/kopf.dev/v1/clusterkopfpeerings",
-                          json={"apiVersion": "kopf.dev/v1", "kind": "ClusterKopfPeering",
-                                "metadata": {"name": PEERING}}) as response:
-        assert response.status < 300
-
-
 async def _deliver(reporter: Reporter) -> int:
-    await reporter._deliver(_observation())
+    await reporter._deliver(observation(at="now"))
     assert reporter.last_delivery is not None
     return reporter.last_delivery.status
 
 
 async def test_the_sidecar_reports_straight_to_the_owner_and_through_the_service_when_it_is_gone(
         kmock: Emulator, tokens: TokenBook, tls_files: TlsFiles, tmp_path: Path) -> None:
-    await _peering(kmock)
-    name = _resource_owned_by(LOW)
+    await declare_peering(kmock)
+    name = resource_owned_by(LOW, [LOW, HIGH])
     await create_objects(kmock, make_resource([{"tools": TOOLS}], name=name, selector={"matchLabels": {"app": "a"}}),
                          make_pod("p1", {"app": "a"}))
     token = tmp_path / "token"
@@ -94,7 +71,7 @@ async def test_the_sidecar_reports_straight_to_the_owner_and_through_the_service
         for replica in (low, high):
             membership = replica.operator.membership
             assert membership is not None
-            await wait_for(lambda: len(membership.members) == 2, timeout=20)  # noqa: B023
+            await eventually(lambda: len(membership.members) == 2, timeout=20)  # noqa: B023
         # The "Service" here reaches the replica that does not own the pod.
         service = f"https://{SERVICE_NAME}:{high.report_port}/v1/reports"
         reporter = Reporter(service, token, client, SidecarMetrics())
@@ -103,7 +80,7 @@ async def test_the_sidecar_reports_straight_to_the_owner_and_through_the_service
 
         assert await _deliver(reporter) == 202
         assert relay.relayed == 1
-        assert reporter.report_to == f"{host_address()}:{low.report_port}"  # the owner named itself
+        assert str(reporter.report_to) == f"{host_address()}:{low.report_port}"  # the owner named itself
         for _ in range(3):
             assert await _deliver(reporter) == 202
         assert relay.relayed == 1  # none of them took the second hop
@@ -112,7 +89,8 @@ async def test_the_sidecar_reports_straight_to_the_owner_and_through_the_service
 
         # The owner forgets the definitions (as after its restart): its 428 and the full report that answers
         # it both go to the owner's address.
-        low.operator.reconciler._held.clear()  # type: ignore[union-attr]
+        for resource in low.operator.reconciler.state.resources.values():  # type: ignore[union-attr]
+            resource.held.clear()
         del sent_to[:]
         assert await _deliver(reporter) == 202
         assert sent_to == [f"{host_address()}:{low.report_port}"] * 2
@@ -123,13 +101,13 @@ async def test_the_sidecar_reports_straight_to_the_owner_and_through_the_service
         low.stop.set()
         high_reconciler = high.operator.reconciler
         assert high_reconciler is not None
-        await wait_for(lambda: high_reconciler.owns_resource((NAMESPACE, name)), timeout=30)
+        await eventually(lambda: high_reconciler.ownership.owns_resource((NAMESPACE, name)), timeout=30)
         del sent_to[:]
         assert await _deliver(reporter) == 202
         # (Twice through the Service: the new owner asks for the definitions, 428, as after any hand-over.)
         assert sent_to == [f"{host_address()}:{low.report_port}"] + [f"{SERVICE_NAME}:{high.report_port}"] * 2
         assert reporter.report_to is None
-        assert (NAMESPACE, "p1") in high_reconciler.tracks
+        assert (NAMESPACE, "p1") in high_reconciler.state.tracks
 
 
 async def test_an_address_reused_by_another_server_gets_no_token(
@@ -165,7 +143,7 @@ async def test_an_address_reused_by_another_server_gets_no_token(
                 httpx2.AsyncClient(verify=tls_files.client_context()) as client:
             reporter = Reporter(f"https://{SERVICE_NAME}:{running.report_port}/v1/reports", token, client,
                                 SidecarMetrics(), on_delivered=delivered.append)
-            reporter.report_to = f"127.0.0.1:{port}"  # what the last answer named
+            reporter.report_to = ReplicaAddress("127.0.0.1", port)  # what the last answer named (built past parse)
             assert await _deliver(reporter) == 202
             assert received == []
             assert delivered[-1].verdict.message != "trust me"

@@ -25,20 +25,14 @@ from lockstep_testing.kmock_support import (
     operator_config,
     run_operator,
     verdict_of,
-    wait_for,
 )
+from lockstep_testing.polling import eventually
+from lockstep_testing.reports import report_body
 
-from lockstep.core import Interface
-from lockstep.core.report import Observation
 
 pytestmark = pytest.mark.kmock(cls=Emulator)
 
 AT = "2026-11-22T02:00:00Z"
-
-
-def _report(tools: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    document = {"tools": copy.deepcopy(tools or TOOLS)}
-    return copy.deepcopy(Observation.of_interface(Interface.from_document(document), AT).to_dict())
 
 
 def _sidecar(operator: RunningOperator, tls: TlsFiles, token: str) -> Sidecar:
@@ -53,7 +47,7 @@ async def _scene(emulator: Emulator, operator: RunningOperator) -> None:
     await create_objects(emulator, make_resource([{"tools": TOOLS}]), make_pod("p1"),
                          make_pod("lonely", {"app": "other"}))
     cache = operator.operator.reconciler.cache  # type: ignore[union-attr]
-    await wait_for(lambda: cache.pod(NAMESPACE, "lonely") and cache.resource(NAMESPACE, "weather"))
+    await eventually(lambda: cache.pod(NAMESPACE, "lonely") and cache.resource(NAMESPACE, "weather"))
 
 
 async def test_forged_and_misaddressed_reports_are_refused(kmock: Emulator, tokens: TokenBook,
@@ -62,20 +56,20 @@ async def test_forged_and_misaddressed_reports_are_refused(kmock: Emulator, toke
     good = tokens.issue(NAMESPACE, "p1", "uid-p1")
     sidecar = _sidecar(operator, tls_files, good)
 
-    forged = _report()
+    forged = report_body()
     forged["definitions"]["tools"][0]["description"] = "Tampered after digesting."
-    wrong_aggregate = _report()
+    wrong_aggregate = report_body()
     wrong_aggregate["digest"] = "sha256:" + "0" * 64
     cases: list[tuple[str, Any, str, int, str]] = [
-        ("no token", _report(), "", 401, "Unauthenticated"),
-        ("unknown token", _report(), "not-a-token", 401, "Unauthenticated"),
-        ("token for another audience", _report(), tokens.issue(NAMESPACE, "p1", "uid-p1", audience="vault"),
+        ("no token", report_body(), "", 401, "Unauthenticated"),
+        ("unknown token", report_body(), "not-a-token", 401, "Unauthenticated"),
+        ("token for another audience", report_body(), tokens.issue(NAMESPACE, "p1", "uid-p1", audience="vault"),
          401, "Unauthenticated"),
-        ("token of a pod that does not exist", _report(), tokens.issue(NAMESPACE, "gone", "uid-gone"),
+        ("token of a pod that does not exist", report_body(), tokens.issue(NAMESPACE, "gone", "uid-gone"),
          404, "UnknownPod"),
-        ("token of an earlier pod with the same name", _report(), tokens.issue(NAMESPACE, "p1", "uid-old"),
+        ("token of an earlier pod with the same name", report_body(), tokens.issue(NAMESPACE, "p1", "uid-old"),
          403, "UidMismatch"),
-        ("pod that nothing selects", _report(), tokens.issue(NAMESPACE, "lonely", "uid-lonely"),
+        ("pod that nothing selects", report_body(), tokens.issue(NAMESPACE, "lonely", "uid-lonely"),
          403, "NotSelected"),
         ("definitions that do not digest to the digests", forged, good, 400, "BadReport"),
         ("aggregate that does not match the components", wrong_aggregate, good, 400, "BadReport"),
@@ -88,10 +82,10 @@ async def test_forged_and_misaddressed_reports_are_refused(kmock: Emulator, toke
     status, answer = await sidecar.post(None, raw=b'{"observedAt": NaN', token=good)
     assert (status, answer["reason"]) == (400, "BadReport")
     # A report body that names another pod changes nothing: the pod comes from the token only.
-    named = {**_report(), "pod": "lonely", "podName": "lonely", "uid": "uid-lonely"}
+    named = {**report_body(), "pod": "lonely", "podName": "lonely", "uid": "uid-lonely"}
     status, answer = await sidecar.post(named)
     assert (status, answer["verdict"]["reason"]) == (202, "Verified"), answer
-    await wait_for(lambda: verdict_of(kmock, "p1") == ("True", "Verified"))
+    await eventually(lambda: verdict_of(kmock, "p1") == ("True", "Verified"))
     assert verdict_of(kmock, "lonely") is None
     assert _pod_writes(kmock) == 1
 
@@ -108,10 +102,10 @@ async def test_oversized_and_too_frequent_reports(kmock: Emulator, tokens: Token
         sidecar = _sidecar(operator, tls_files, tokens.issue(NAMESPACE, "p1", "uid-p1"))
         big_tools = copy.deepcopy(TOOLS) + [{"name": f"t{i}", "description": "x" * 1000,
                                              "inputSchema": {"type": "object"}} for i in range(80)]
-        status, answer = await sidecar.post(_report(big_tools))
+        status, answer = await sidecar.post(report_body(big_tools))
         assert (status, answer["reason"]) == (413, "TooLarge")
         def raw() -> bytes:
-            return json.dumps(sidecar.stamp(_report())).encode()
+            return json.dumps(sidecar.stamp(report_body())).encode()
 
         assert (await sidecar.post(None, raw=raw()))[0] == 202
         assert (await sidecar.post(None, raw=raw()))[0] == 202  # the burst is 2
@@ -130,23 +124,23 @@ async def test_a_replayed_verified_report_never_flips_a_drifted_pod_back(
     """Before: an old 'verified' report, re-sent byte for byte after drift, flipped the pod back to True."""
     await _scene(kmock, operator)
     sidecar = _sidecar(operator, tls_files, tokens.issue(NAMESPACE, "p1", "uid-p1"))
-    verified = json.dumps(sidecar.stamp(_report())).encode()
+    verified = json.dumps(sidecar.stamp(report_body())).encode()
     assert (await sidecar.post(None, raw=verified))[0] == 202
-    await wait_for(lambda: verdict_of(kmock, "p1") == ("True", "Verified"))
-    assert (await sidecar.post(_report(POISONED)))[0] == 202
-    await wait_for(lambda: verdict_of(kmock, "p1") == ("False", "InterfaceChanged"))
+    await eventually(lambda: verdict_of(kmock, "p1") == ("True", "Verified"))
+    assert (await sidecar.post(report_body(POISONED)))[0] == 202
+    await eventually(lambda: verdict_of(kmock, "p1") == ("False", "InterfaceChanged"))
 
     status, answer = await sidecar.post(None, raw=verified)
     assert (status, answer["reason"]) == (409, "Replayed")
     # A report of an earlier sidecar process of the same pod (its boot started before) is refused too.
     earlier = Sidecar(sidecar.url, sidecar.token, tls_files, boot_time="2026-01-01T00:00:00+00:00")
-    status, answer = await earlier.post(_report())
+    status, answer = await earlier.post(report_body())
     assert (status, answer["reason"]) == (409, "Replayed")
     assert verdict_of(kmock, "p1") == ("False", "InterfaceChanged")
     # A restarted sidecar (a new boot, started later) is heard.
     restarted = _sidecar(operator, tls_files, sidecar.token)
-    assert (await restarted.post(_report()))[0] == 202
-    await wait_for(lambda: verdict_of(kmock, "p1") == ("True", "Verified"))
+    assert (await restarted.post(report_body()))[0] == 202
+    await eventually(lambda: verdict_of(kmock, "p1") == ("True", "Verified"))
 
 
 async def test_a_replayed_report_is_refused_after_the_operator_restarts(
@@ -158,31 +152,31 @@ async def test_a_replayed_report_is_refused_after_the_operator_restarts(
     async with run_operator(kmock, operator_config(tls_files)) as first:
         await _scene(kmock, first)
         sidecar = _sidecar(first, tls_files, token)
-        verified = json.dumps(sidecar.stamp(_report())).encode()
+        verified = json.dumps(sidecar.stamp(report_body())).encode()
         assert (await sidecar.post(None, raw=verified))[0] == 202
-        await wait_for(lambda: verdict_of(kmock, "p1") == ("True", "Verified"))
-        assert (await sidecar.post(_report(POISONED)))[0] == 202
-        await wait_for(lambda: verdict_of(kmock, "p1") == ("False", "InterfaceChanged"))
+        await eventually(lambda: verdict_of(kmock, "p1") == ("True", "Verified"))
+        assert (await sidecar.post(report_body(POISONED)))[0] == 202
+        await eventually(lambda: verdict_of(kmock, "p1") == ("False", "InterfaceChanged"))
     pod = kmock.objects["v1/pods", NAMESPACE, "p1"]
     assert json.loads(pod["metadata"]["annotations"]["lockstep.dev/last-report"])["sequence"] == sidecar.sent
     async with run_operator(kmock, operator_config(tls_files)) as restarted:
         cache = restarted.operator.reconciler.cache  # type: ignore[union-attr]
-        await wait_for(lambda: cache.pod(NAMESPACE, "p1"))
+        await eventually(lambda: cache.pod(NAMESPACE, "p1"))
         status, answer = await _sidecar(restarted, tls_files, token).post(None, raw=verified)
         assert (status, answer["reason"]) == (409, "Replayed")
         assert verdict_of(kmock, "p1") == ("False", "InterfaceChanged")
         # The same sidecar goes on counting: its next report is heard by the new operator.
         sidecar.url = f"https://127.0.0.1:{restarted.report_port}"
-        assert (await sidecar.post(_report(POISONED)))[0] == 202
+        assert (await sidecar.post(report_body(POISONED)))[0] == 202
 
 
 async def test_reports_without_freshness_or_far_off_the_clock_are_refused(
         kmock: Emulator, tokens: TokenBook, operator: RunningOperator, tls_files: TlsFiles) -> None:
     await _scene(kmock, operator)
     sidecar = _sidecar(operator, tls_files, tokens.issue(NAMESPACE, "p1", "uid-p1"))
-    status, answer = await sidecar.post(_report(), stamp=False)
+    status, answer = await sidecar.post(report_body(), stamp=False)
     assert (status, answer["reason"]) == (400, "BadReport") and "bootId" in answer["message"]
-    old = {**sidecar.stamp(_report()), "sentAt": "2026-01-01T00:00:00Z"}
+    old = {**sidecar.stamp(report_body()), "sentAt": "2026-01-01T00:00:00Z"}
     status, answer = await sidecar.post(old)
     assert (status, answer["reason"]) == (400, "ClockSkew")
     assert _pod_writes(kmock) == 0
@@ -209,11 +203,11 @@ async def test_a_flood_of_unknown_tokens_costs_a_bounded_number_of_token_reviews
         await _scene(kmock, operator)
         # Anything that is not in a service-account token's form costs no TokenReview at all.
         junk = [_sidecar(operator, tls_files, secrets.token_hex(16)) for _ in range(50)]
-        answers = await asyncio.gather(*(sidecar.post(_report()) for sidecar in junk))
+        answers = await asyncio.gather(*(sidecar.post(report_body()) for sidecar in junk))
         assert {(status, answer["reason"]) for status, answer in answers} == {(401, "Unauthenticated")}
         assert tokens.reviews == 0
         flood = [_sidecar(operator, tls_files, jwt_shaped({"random": secrets.token_hex(16)})) for _ in range(200)]
-        answers = await asyncio.gather(*(sidecar.post(_report()) for sidecar in flood))
+        answers = await asyncio.gather(*(sidecar.post(report_body()) for sidecar in flood))
         reasons = {answer["reason"] for _, answer in answers}
         assert reasons <= {"Unauthenticated", "RateLimited"} and "RateLimited" in reasons
         assert tokens.reviews <= 12  # the burst, and a refill or two while the flood lasted
@@ -221,8 +215,8 @@ async def test_a_flood_of_unknown_tokens_costs_a_bounded_number_of_token_reviews
         same = _sidecar(operator, tls_files, jwt_shaped({"not": "a token the API server issued"}))
         for _ in range(3):
             await asyncio.sleep(0.25)  # the source bucket refills
-            assert (await same.post(_report()))[0] in (401, 429)
+            assert (await same.post(report_body()))[0] in (401, 429)
         assert tokens.reviews <= before + 1  # a refused token is refused again from the negative cache
         genuine = _sidecar(operator, tls_files, tokens.issue(NAMESPACE, "p1", "uid-p1"))
         await asyncio.sleep(1.0)
-        assert (await genuine.post(_report()))[0] == 202  # the pod itself still gets through
+        assert (await genuine.post(report_body()))[0] == 202  # the pod itself still gets through

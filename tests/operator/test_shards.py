@@ -25,9 +25,9 @@ from lockstep_testing.kmock_support import (
     run_operator,
     sidecar_for,
     verdict_of,
-    wait_for,
     wait_verdict,
 )
+from lockstep_testing.polling import eventually
 
 from lockstep.core import Interface
 from lockstep.core.report import Observation
@@ -77,14 +77,14 @@ async def test_the_operator_handles_its_shard_and_leaves_the_others(kmock: Emula
     async with run_operator(kmock, config) as operator:
         reconciler = operator.operator.reconciler
         assert reconciler is not None
-        await wait_for(lambda: reconciler.synced.is_set())
+        await eventually(lambda: reconciler.synced.is_set())
         assert reconciler.cache.resource(NAMESPACE, "theirs") is None  # the list at start asked for shard a
 
         # A pod of the shard is judged, its resource's status written.
         status, answer = await sidecar_for(operator, tokens, tls_files, "mine-0").post(report())
         assert (status, answer["verdict"]["reason"]) == (202, "Verified")
         await wait_verdict(kmock, "mine-0", ("True", "Verified"))
-        await wait_for(lambda: resource_status(kmock, "mine").get("pods", {}).get("verified") == 1)
+        await eventually(lambda: resource_status(kmock, "mine").get("pods", {}).get("verified") == 1)
 
         # A resource of shard b created later (the watch), and a pod of it: never judged here.
         await create_objects(kmock, sharded_resource("later", "b"), pod_with_others_verdict("later-0"))
@@ -100,7 +100,7 @@ async def test_the_operator_handles_its_shard_and_leaves_the_others(kmock: Emula
         # A resource of shard b relabelled into shard a is handled from then on.
         async with kmock.patch(f"{RESOURCES}/later", json={"metadata": {"labels": {SHARD: "a"}}}) as response:
             assert response.status == 200
-        await wait_for(lambda: reconciler.cache.resource(NAMESPACE, "later") is not None)
+        await eventually(lambda: reconciler.cache.resource(NAMESPACE, "later") is not None)
         status, answer = await sidecar_for(operator, tokens, tls_files, "later-0").post(report())
         assert (status, answer["verdict"]["reason"]) == (202, "Verified")
 
@@ -113,7 +113,7 @@ async def test_the_operator_handles_its_shard_and_leaves_the_others(kmock: Emula
         status, answer = await sidecar_for(operator, tokens, tls_files, "mine-0").post(report())
         assert (status, answer["reason"]) == (403, "NotSelected")
         writes = pod_status_writes(kmock, "mine-0")
-        await operator_rounds(reconciler)
+        await operator.rounds()  # the stale timer and the status flush ran, and wrote nothing
         assert pod_status_writes(kmock, "mine-0") == writes
 
     # Nothing of shard b was written: no status, no condition, the other release's condition kept.
@@ -133,7 +133,7 @@ async def test_without_a_selector_a_foreign_true_is_still_failed_closed(kmock: E
         async with kmock.patch(f"/api/v1/namespaces/{NAMESPACE}/pods/stray-0",
                                json={"metadata": {"annotations": {"touched": "1"}}}) as response:
             assert response.status == 200
-        await wait_for(lambda: (verdict_of(kmock, "stray-0") or ("",))[0] == "False")
+        await eventually(lambda: (verdict_of(kmock, "stray-0") or ("",))[0] == "False")
 
 
 async def test_a_pod_selector_keeps_the_other_shards_pods_out_of_memory(kmock: Emulator, tokens: TokenBook,
@@ -147,13 +147,13 @@ async def test_a_pod_selector_keeps_the_other_shards_pods_out_of_memory(kmock: E
     async with run_operator(kmock, config) as operator:
         reconciler = operator.operator.reconciler
         assert reconciler is not None
-        await wait_for(lambda: reconciler.synced.is_set())
+        await eventually(lambda: reconciler.synced.is_set())
         assert reconciler.cache.pod(NAMESPACE, "mine-0") is not None
         assert reconciler.cache.pod(NAMESPACE, "theirs-0") is None  # the list at start asked for shard a
 
         await create_objects(kmock, make_pod("mine-1", labels={"app": "mine", SHARD: "a"}),
                              make_pod("theirs-1", labels={"app": "theirs", SHARD: "b"}))
-        await wait_for(lambda: reconciler.cache.pod(NAMESPACE, "mine-1") is not None)
+        await eventually(lambda: reconciler.cache.pod(NAMESPACE, "mine-1") is not None)
         status, answer = await sidecar_for(operator, tokens, tls_files, "theirs-1").post(report())
         assert (status, answer["reason"]) == (404, "UnknownPod")
         assert reconciler.cache.pod(NAMESPACE, "theirs-1") is None
@@ -164,18 +164,12 @@ async def test_a_pod_selector_keeps_the_other_shards_pods_out_of_memory(kmock: E
         async with kmock.patch(f"/api/v1/namespaces/{NAMESPACE}/pods/mine-0",
                                json={"metadata": {"labels": {SHARD: "elsewhere"}}}) as response:
             assert response.status == 200
-        await wait_for(lambda: (reconciler.cache.pod(NAMESPACE, "mine-0") or None) is not None
+        await eventually(lambda: (reconciler.cache.pod(NAMESPACE, "mine-0") or None) is not None
                        and reconciler.cache.pod(NAMESPACE, "mine-0").labels.get(SHARD) == "elsewhere")
         status, answer = await sidecar_for(operator, tokens, tls_files, "mine-0").post(report())
         assert status == 202, answer
         async with kmock.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/mine-0") as response:
             assert response.status == 200
-        await wait_for(lambda: reconciler.cache.pod(NAMESPACE, "mine-0") is None)
+        await eventually(lambda: reconciler.cache.pod(NAMESPACE, "mine-0") is None)
     assert verdict_of(kmock, "theirs-0") is None and verdict_of(kmock, "theirs-1") is None
 
-
-async def operator_rounds(reconciler: Any) -> None:
-    """Long enough for the stale timer and the status flush to run a few times (0.2 s and 0.1 s here)."""
-    import asyncio
-
-    await asyncio.sleep(1.0)

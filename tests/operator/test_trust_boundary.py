@@ -18,7 +18,6 @@ import ssl
 from collections.abc import Iterator
 from typing import Any
 
-import kmock
 import pytest
 from lockstep_testing.kmock_support import (
     MERGE_PATCH,
@@ -38,9 +37,10 @@ from lockstep_testing.kmock_support import (
     run_operator,
     sidecar_for,
     verdict_of,
-    wait_for,
     wait_verdict,
 )
+from lockstep_testing.polling import eventually
+from lockstep_testing.reports import report_body
 
 from lockstep.core.names import REPORT_STAMP_ANNOTATION
 from lockstep.operator.kube import KubeApiError
@@ -50,14 +50,6 @@ pytestmark = pytest.mark.kmock(cls=Emulator)
 GOOD = {"tools": TOOLS}
 BAD = {"tools": [TOOLS[0], {**TOOLS[1], "description": POISON}]}
 FAST = {"interval": "1s", "timeout": "1s", "staleAfter": "2s"}
-
-
-def _report(document: dict[str, Any]) -> dict[str, Any]:
-    from lockstep.core.model import Interface
-    from lockstep.core.report import Observation
-
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return Observation.of_interface(Interface.from_document(document), now).to_dict()
 
 
 async def _foreign_status_patch(emulator: Emulator, pod: str, condition: dict[str, Any]) -> None:
@@ -118,14 +110,14 @@ async def test_a_false_that_the_api_refuses_is_written_once_it_recovers(
     await create_objects(kmock, make_resource([GOOD]), make_pod("p1"))
     async with run_operator(kmock, operator_config(tls_files, write_retry_interval=0.2)) as operator:
         sidecar = sidecar_for(operator, tokens, tls_files, "p1")
-        assert (await sidecar.post(_report(GOOD)))[1]["verdict"]["reason"] == "Verified"
+        assert (await sidecar.post(report_body(at="now", document=GOOD)))[1]["verdict"]["reason"] == "Verified"
         with FailingWrites(operator, [409, 409, 409, 409, 422, 500, 500]) as failing:
-            status, answer = await sidecar.post(_report(BAD))
+            status, answer = await sidecar.post(report_body(at="now", document=BAD))
             assert (status, answer["reason"]) == (503, "NotWritten")  # the sidecar sends it again
             await wait_verdict(kmock, "p1", ("False", "InterfaceChanged"))
         assert failing.failed == [409, 409, 409, 409, 422, 500, 500]
         reconciler = operator.operator.reconciler
-        assert reconciler is not None and not reconciler.unwritten
+        assert reconciler is not None and not reconciler.state.unwritten
         assert reconciler.metrics.verdict_writes_failed._value.get() >= 2
 
 
@@ -135,7 +127,7 @@ async def test_a_report_stale_that_does_not_land_is_retried_until_it_does(
     await create_objects(kmock, make_resource([GOOD], probe=FAST), make_pod("p1"))
     config = operator_config(tls_files, write_retry_interval=0.2, stale_check_interval=0.2)
     async with run_operator(kmock, config) as operator:
-        assert (await sidecar_for(operator, tokens, tls_files, "p1").post(_report(GOOD)))[0] == 202
+        assert (await sidecar_for(operator, tokens, tls_files, "p1").post(report_body(at="now", document=GOOD)))[0] == 202
         with FailingWrites(operator, [500, 422, 403, 500]) as failing:
             await wait_verdict(kmock, "p1", ("False", "ReportStale"))
         assert failing.failed == [500, 422, 403, 500]
@@ -147,7 +139,7 @@ async def test_a_stamp_the_api_will_not_take_does_not_hold_back_the_false(
     await create_objects(kmock, make_resource([GOOD]), make_pod("p1"))
     async with run_operator(kmock, operator_config(tls_files)) as operator:
         sidecar = sidecar_for(operator, tokens, tls_files, "p1")
-        assert (await sidecar.post(_report(GOOD)))[0] == 202
+        assert (await sidecar.post(report_body(at="now", document=GOOD)))[0] == 202
         seen: list[bool] = []
         reconciler = operator.operator.reconciler
         assert reconciler is not None
@@ -162,7 +154,7 @@ async def test_a_stamp_the_api_will_not_take_does_not_hold_back_the_false(
             return await original(path, body)
 
         reconciler.client.merge_patch = refuse_annotations  # type: ignore[method-assign]
-        status, answer = await sidecar.post(_report(BAD))
+        status, answer = await sidecar.post(report_body(at="now", document=BAD))
         assert (status, answer["verdict"]["reason"]) == (202, "InterfaceChanged")
         assert verdict_of(kmock, "p1") == ("False", "InterfaceChanged")
         assert seen == [True, False]
@@ -177,11 +169,11 @@ async def test_a_pod_admitted_past_the_rules_is_never_verified(
     hostile["spec"] = {"hostPID": True, "containers": [{"name": "app", "image": "app:1"}]}
     await create_objects(kmock, make_resource([GOOD]), hostile, make_pod("p2"))
     async with run_operator(kmock, operator_config(tls_files)) as operator:
-        status, answer = await sidecar_for(operator, tokens, tls_files, "p1").post(_report(GOOD))
+        status, answer = await sidecar_for(operator, tokens, tls_files, "p1").post(report_body(at="now", document=GOOD))
         assert (status, answer["verdict"]["reason"]) == (202, "PodOutsidePolicy")
         assert "hostPID" in answer["verdict"]["message"]
         assert verdict_of(kmock, "p1") == ("False", "PodOutsidePolicy")
-        assert (await sidecar_for(operator, tokens, tls_files, "p2").post(_report(GOOD)))[1]["verdict"]["reason"] \
+        assert (await sidecar_for(operator, tokens, tls_files, "p2").post(report_body(at="now", document=GOOD)))[1]["verdict"]["reason"] \
             == "Verified"
 
 
@@ -194,16 +186,16 @@ async def test_a_stamp_from_the_future_neither_locks_out_the_sidecar_nor_blocks_
     await create_objects(kmock, make_resource([GOOD]), make_pod("p1"))
     async with run_operator(kmock, operator_config(tls_files)) as operator:
         sidecar = sidecar_for(operator, tokens, tls_files, "p1")
-        assert (await sidecar.post(_report(GOOD)))[0] == 202
+        assert (await sidecar.post(report_body(at="now", document=GOOD)))[0] == 202
         forged = json.dumps({"bootId": "f" * 32, "bootTime": "2099-01-01T00:00:00+00:00", "sequence": 1})
         await _foreign_annotation(kmock, "p1", forged)
-        await wait_for(lambda: pod_of(kmock, "p1")["metadata"]["annotations"][REPORT_STAMP_ANNOTATION] == forged)
+        await eventually(lambda: pod_of(kmock, "p1")["metadata"]["annotations"][REPORT_STAMP_ANNOTATION] == forged)
         await asyncio.sleep(0.2)  # the watch event reaches the operator's cache
-        status, answer = await sidecar.post(_report(BAD))
+        status, answer = await sidecar.post(report_body(at="now", document=BAD))
         assert (status, answer["verdict"]["reason"]) == (202, "InterfaceChanged")
         assert verdict_of(kmock, "p1") == ("False", "InterfaceChanged")
         assert "2099" not in pod_of(kmock, "p1")["metadata"]["annotations"][REPORT_STAMP_ANNOTATION]
-        assert (await sidecar.post(_report(GOOD)))[1]["verdict"]["reason"] == "Verified"
+        assert (await sidecar.post(report_body(at="now", document=GOOD)))[1]["verdict"]["reason"] == "Verified"
 
 
 async def test_a_report_from_a_sidecar_that_starts_in_the_future_is_refused(
@@ -213,10 +205,10 @@ async def test_a_report_from_a_sidecar_that_starts_in_the_future_is_refused(
     async with run_operator(kmock, operator_config(tls_files)) as operator:
         sidecar = sidecar_for(operator, tokens, tls_files, "p1")
         sidecar.boot_time = "2099-01-01T00:00:00+00:00"
-        status, answer = await sidecar.post(_report(GOOD))
+        status, answer = await sidecar.post(report_body(at="now", document=GOOD))
         assert (status, answer["reason"]) == (400, "ClockSkew") and "future" in answer["message"]
         genuine = sidecar_for(operator, tokens, tls_files, "p1")
-        assert (await genuine.post(_report(GOOD)))[1]["verdict"]["reason"] == "Verified"
+        assert (await genuine.post(report_body(at="now", document=GOOD)))[1]["verdict"]["reason"] == "Verified"
 
 
 # ---------------------------------------------------------------- conditions someone else writes
@@ -228,10 +220,10 @@ async def test_an_earlier_verified_written_back_on_a_tracked_pod_is_overwritten(
     await create_objects(kmock, make_resource([GOOD]), make_pod("p1"))
     async with run_operator(kmock, operator_config(tls_files)) as operator:
         sidecar = sidecar_for(operator, tokens, tls_files, "p1")
-        assert (await sidecar.post(_report(GOOD)))[0] == 202
+        assert (await sidecar.post(report_body(at="now", document=GOOD)))[0] == 202
         verified = dict(next(c for c in pod_of(kmock, "p1")["status"]["conditions"]
                              if c["type"] == "lockstep.dev/interface-verified"))
-        assert (await sidecar.post(_report(BAD)))[1]["verdict"]["reason"] == "InterfaceChanged"
+        assert (await sidecar.post(report_body(at="now", document=BAD)))[1]["verdict"]["reason"] == "InterfaceChanged"
         await _foreign_status_patch(kmock, "p1", verified)
         await wait_verdict(kmock, "p1", ("False", "InterfaceChanged"))
 
@@ -243,10 +235,10 @@ async def test_a_foreign_condition_is_overwritten_even_when_reading_the_pod_fail
     await create_objects(kmock, make_resource([GOOD]), make_pod("p1"))
     async with run_operator(kmock, operator_config(tls_files, write_retry_interval=0.2)) as operator:
         sidecar = sidecar_for(operator, tokens, tls_files, "p1")
-        assert (await sidecar.post(_report(GOOD)))[0] == 202
+        assert (await sidecar.post(report_body(at="now", document=GOOD)))[0] == 202
         verified = dict(next(c for c in pod_of(kmock, "p1")["status"]["conditions"]
                              if c["type"] == "lockstep.dev/interface-verified"))
-        assert (await sidecar.post(_report(BAD)))[1]["verdict"]["reason"] == "InterfaceChanged"
+        assert (await sidecar.post(report_body(at="now", document=BAD)))[1]["verdict"]["reason"] == "InterfaceChanged"
         reconciler = operator.operator.reconciler
         assert reconciler is not None
         original, failed = reconciler.client.get, []
@@ -259,7 +251,7 @@ async def test_a_foreign_condition_is_overwritten_even_when_reading_the_pod_fail
 
         reconciler.client.get = failing_read  # type: ignore[method-assign]
         await _foreign_status_patch(kmock, "p1", verified)
-        await wait_for(lambda: failed)
+        await eventually(lambda: failed)
         await wait_verdict(kmock, "p1", ("False", "InterfaceChanged"))
 
 
@@ -269,7 +261,7 @@ async def test_a_true_written_on_a_silent_pod_is_overwritten(
     then someone writes True on it: the stale check no longer skips it; the watch event writes it back."""
     await create_objects(kmock, make_resource([GOOD], probe=FAST), make_pod("p1"))
     async with run_operator(kmock, operator_config(tls_files, stale_check_interval=0.2)) as operator:
-        assert (await sidecar_for(operator, tokens, tls_files, "p1").post(_report(GOOD)))[0] == 202
+        assert (await sidecar_for(operator, tokens, tls_files, "p1").post(report_body(at="now", document=GOOD)))[0] == 202
         await wait_verdict(kmock, "p1", ("False", "ReportStale"))
         for _ in range(2):
             await _foreign_status_patch(kmock, "p1", {
@@ -305,10 +297,10 @@ async def test_tokens_of_any_shape_get_401_never_500_and_cost_no_review(
         deep = base64.urlsafe_b64encode(b"[" * 6000 + b"]" * 6000).decode().rstrip("=")
         shapes = [f"eyJhbGciOiJSUzI1NiJ9.{deep[:8000]}", "a" * 8000, "ab%cd.x.y", "..", "a.b.c.d", "eyJ.e yJ.c"]
         for token in shapes:
-            status, answer = await sidecar.post(_report(GOOD), token=token)
+            status, answer = await sidecar.post(report_body(at="now", document=GOOD), token=token)
             assert (status, answer["reason"]) == (401, "Unauthenticated"), token[:20]
         nested = jwt_shaped({"kubernetes.io": json.loads("[" * 900 + "]" * 900)})
-        status, answer = await sidecar.post(_report(GOOD), token=nested)
+        status, answer = await sidecar.post(report_body(at="now", document=GOOD), token=nested)
         assert (status, answer["reason"]) == (401, "Unauthenticated")
         assert tokens.reviews == 1  # only the token in a token's shape was reviewed
         # A header longer than the HTTP parser takes never reaches the endpoint at all.
@@ -349,15 +341,15 @@ async def test_connections_from_one_address_are_capped(
             held.append(await _raw_request(operator, tls_files, b"POST /v1/reports HTTP/1.1\r\nHost: x\r\n"))
         server = operator.operator.report_server
         assert server is not None
-        await wait_for(lambda: server.connections.open_from("127.0.0.1") == 5)
+        await eventually(lambda: server.connections.open_from("127.0.0.1") == 5)
         reader, writer = await _raw_request(operator, tls_files, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
         assert await asyncio.wait_for(reader.read(100), timeout=5) == b""  # closed at once
         writer.close()
         assert server.connections.refused >= 1
         for _, held_writer in held[:1]:
             held_writer.close()
-        await wait_for(lambda: server.connections.open_from("127.0.0.1") <= 4)
-        assert (await sidecar_for(operator, tokens, tls_files, "p1").post(_report(GOOD)))[0] == 202
+        await eventually(lambda: server.connections.open_from("127.0.0.1") <= 4)
+        assert (await sidecar_for(operator, tokens, tls_files, "p1").post(report_body(at="now", document=GOOD)))[0] == 202
         for _, held_writer in held[1:]:
             held_writer.close()
 
@@ -371,7 +363,7 @@ def _entries(**entries: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
 def test_forged_peering_entries_never_become_owners() -> None:
     """F3/F6: only replica-<priority> entries with at most LIFETIME and a lastseen not in the future; an
     overflowing value skips the entry instead of stopping membership."""
-    from lockstep.operator.peering import LIFETIME, live_members
+    from lockstep.operator.replicas.membership import LIFETIME, live_members
 
     now = datetime.datetime.now(datetime.UTC)
     seen = now.isoformat()
@@ -386,7 +378,7 @@ def test_forged_peering_entries_never_become_owners() -> None:
         "replica-9": {"priority": 9, "lifetime": LIFETIME, "lastseen": seen, "endpoint": "127.0.0.1:8443"},
     }
     members = live_members(status, now)
-    assert [(m.priority, m.endpoint) for m in members] == [(1, "10.0.0.7:8443"), (9, "")]
+    assert [(m.priority, str(m.endpoint) if m.endpoint else None) for m in members] == [(1, "10.0.0.7:8443"), (9, None)]
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1:8443", "[::1]:8443", "0.0.0.0:8443", "169.254.169.254:80",
@@ -395,12 +387,12 @@ def test_forged_peering_entries_never_become_owners() -> None:
 def test_report_to_takes_unicast_pod_addresses_only(address: str) -> None:
     """F9: an answer naming anything but a unicast pod address is unusable (the sidecar reports through
     the Service)."""
-    from lockstep.core.wire import AnswerError, ReportAnswer
+    from lockstep.core.wire import AnswerError, ReplicaAddress, ReportAnswer
 
     answer = {"verdict": {"status": "True", "reason": "Verified", "message": ""}, "reportTo": address}
     with pytest.raises(AnswerError):
         ReportAnswer.from_dict(answer)
-    assert ReportAnswer.from_dict({**answer, "reportTo": "10.244.0.7:8443"}).report_to == "10.244.0.7:8443"
+    assert ReportAnswer.from_dict({**answer, "reportTo": "10.244.0.7:8443"}).report_to == ReplicaAddress("10.244.0.7", 8443)
 
 
 def test_the_advertise_address_is_checked_at_start() -> None:

@@ -24,11 +24,11 @@ from lockstep_testing.kmock_support import (
     run_operator,
     sidecar_for,
     verdict_of,
-    wait_for,
     wait_verdict,
     weather_server,
 )
 from lockstep_testing.mcp_servers import MutableServer, serve_mcp
+from lockstep_testing.polling import eventually
 
 pytestmark = pytest.mark.kmock(cls=Emulator)
 
@@ -48,11 +48,11 @@ async def test_silent_pod_goes_stale_and_recovers_on_its_next_report(
         sidecar = sidecar_for(operator, tokens, tls_files, "p1")
         assert (await sidecar.probe(url))[1]["verdict"]["reason"] == "Verified"
         await wait_verdict(kmock, "p1", ("False", "ReportStale"))
-        await wait_for(lambda: resource_status(kmock).get("pods", {}).get("stale") == 1)
+        await eventually(lambda: resource_status(kmock).get("pods", {}).get("stale") == 1)
         assert resource_status(kmock)["phase"] == "Degraded"
         assert (await sidecar.probe(url))[1]["verdict"]["reason"] == "Verified"
         await wait_verdict(kmock, "p1", ("True", "Verified"))
-        await wait_for(lambda: events_of(kmock, "Pod", "p1") == ["Verified", "ReportStale", "Verified"])
+        await eventually(lambda: events_of(kmock, "Pod", "p1") == ["Verified", "ReportStale", "Verified"])
 
 
 async def test_unreachable_and_invalid_servers_fail_closed(
@@ -70,7 +70,7 @@ async def test_unreachable_and_invalid_servers_fail_closed(
     status, answer = await sidecar.probe(url)
     assert (status, answer["verdict"]["reason"]) == (202, "ServerUnreachable")
     await wait_verdict(kmock, "p1", ("False", "ServerUnreachable"))
-    await wait_for(lambda: resource_status(kmock).get("pods", {}).get("unreachable") == 1)
+    await eventually(lambda: resource_status(kmock).get("pods", {}).get("unreachable") == 1)
 
 
 async def test_two_resources_selecting_one_pod_is_a_conflict(
@@ -80,7 +80,7 @@ async def test_two_resources_selecting_one_pod_is_a_conflict(
         await create_objects(kmock, make_resource([document_of(server)]), make_pod("p1"),
                              make_resource([document_of(server)], name="weather-copy"))
         cache = operator.operator.reconciler.cache  # type: ignore[union-attr]
-        await wait_for(lambda: cache.resource(NAMESPACE, "weather-copy") and cache.pod(NAMESPACE, "p1"))
+        await eventually(lambda: cache.resource(NAMESPACE, "weather-copy") and cache.pod(NAMESPACE, "p1"))
         sidecar = sidecar_for(operator, tokens, tls_files, "p1")
         status, answer = await sidecar.probe(url)
         assert (status, answer["verdict"]["reason"]) == (202, "Conflict")
@@ -100,9 +100,9 @@ async def test_binding_annotation_picks_one_resource(
                              make_resource([document_of(server)], name="weather-copy"),
                              make_pod("p1", **{"lockstep.dev/interface": "weather-copy"}))
         cache = operator.operator.reconciler.cache  # type: ignore[union-attr]
-        await wait_for(lambda: cache.resource(NAMESPACE, "weather-copy") and cache.pod(NAMESPACE, "p1"))
+        await eventually(lambda: cache.resource(NAMESPACE, "weather-copy") and cache.pod(NAMESPACE, "p1"))
         assert (await sidecar_for(operator, tokens, tls_files, "p1").probe(url))[1]["verdict"]["reason"] == "Verified"
-        await wait_for(lambda: resource_status(kmock, "weather-copy").get("pods", {}).get("verified") == 1)
+        await eventually(lambda: resource_status(kmock, "weather-copy").get("pods", {}).get("verified") == 1)
         assert resource_status(kmock).get("pods", {}).get("total", 0) == 0
 
 
@@ -118,7 +118,7 @@ async def test_audit_records_drift_but_keeps_the_pod_ready(
         assert (status, answer["verdict"]["status"], answer["verdict"]["reason"]) == (202, "True", "Audit")
         assert "would be InterfaceChanged" in answer["verdict"]["message"]
         await wait_verdict(kmock, "p1", ("True", "Audit"))
-        await wait_for(lambda: resource_status(kmock).get("pods", {}).get("audit") == 1)
+        await eventually(lambda: resource_status(kmock).get("pods", {}).get("audit") == 1)
         status_now = resource_status(kmock)
         assert status_now["phase"] == "Drifted" and status_now["podsReady"] == "1/1"
         drifted = [entry for entry in status_now["observed"] if not entry["approved"]]
@@ -135,7 +135,7 @@ async def test_first_seen_trusts_the_first_interface_and_never_writes_spec(
             "status": "True", "reason": "Verified",
             "message": first.answers[0][1]["verdict"]["message"]}
         assert "trusted on first use" in first.answers[0][1]["verdict"]["message"]
-        await wait_for(lambda: "trusted" in resource_status(kmock))
+        await eventually(lambda: "trusted" in resource_status(kmock))
         trusted = resource_status(kmock)["trusted"]
         assert trusted["pod"] == "p1" and trusted["digest"].startswith("sha256:")
         server.update_tool("get_alerts", description=POISON)
@@ -157,10 +157,10 @@ async def test_restart_flips_nothing_and_keeps_judging(kmock: Emulator, tokens: 
         await create_objects(kmock, make_resource([document_of(server)]), make_pod("good"), make_pod("bad"))
         async with run_operator(kmock, operator_config(tls_files)) as operator:
             cache = operator.operator.reconciler.cache  # type: ignore[union-attr]
-            await wait_for(lambda: cache.pod(NAMESPACE, "bad") and cache.resource(NAMESPACE, "weather"))
+            await eventually(lambda: cache.pod(NAMESPACE, "bad") and cache.resource(NAMESPACE, "weather"))
             await sidecar_for(operator, tokens, tls_files, "good").probe(url)
             await sidecar_for(operator, tokens, tls_files, "bad").probe(other_url)
-            await wait_for(lambda: resource_status(kmock).get("pods", {}).get("drifted") == 1
+            await eventually(lambda: resource_status(kmock).get("pods", {}).get("drifted") == 1
                            and resource_status(kmock).get("pods", {}).get("verified") == 1)
         conditions = {name: pod_of(kmock, name)["status"]["conditions"] for name in ("good", "bad")}
         writes, status = _pod_writes(kmock), resource_status(kmock)
@@ -189,4 +189,4 @@ async def reconciler_flushed(operator: RunningOperator) -> None:
     """Wait until the operator has no status left to write (its flush timer ran)."""
     reconciler = operator.operator.reconciler
     assert reconciler is not None
-    await wait_for(lambda: not reconciler._dirty)
+    await eventually(lambda: not reconciler.state.dirty)

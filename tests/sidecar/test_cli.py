@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx2
-from lockstep_testing.loopback import Certificates, McpServerHandle, OperatorStandIn, eventually, sidecar_env
+from lockstep_testing.loopback import Certificates, McpServerHandle, OperatorStandIn, sidecar_env
+from lockstep_testing.polling import eventually
 
 
 def free_port() -> int:

@@ -25,8 +25,9 @@ from lockstep_testing.lockstep_cluster import (
     start_pod,
     verified,
 )
-from lockstep_testing.loopback import McpServerHandle, eventually
+from lockstep_testing.loopback import McpServerHandle
 from lockstep_testing.mcp_servers import MutableServer
+from lockstep_testing.polling import eventually
 
 from lockstep import reader
 from lockstep.core.revision import Revision

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from lockstep.sidecar.app import running_sidecar
 from lockstep.sidecar.settings import SidecarSettings
-from lockstep_testing.loopback import Certificates, OperatorStandIn, eventually, sidecar_env
+from lockstep_testing.loopback import Certificates, OperatorStandIn, sidecar_env
 from lockstep_testing.mcp_servers import HostileServer, serve_mcp
+from lockstep_testing.polling import eventually
 
 TOOLS = {"tools": [{"name": "get_forecast", "inputSchema": {"type": "object"}}]}
 
@@ -36,12 +37,13 @@ def settings(url: str, operator: OperatorStandIn, certificates: Certificates, to
 async def test_server_without_a_notification_stream_is_not_reconnected_in_a_loop(
         url: str, hostile: HostileServer, operator: OperatorStandIn, certificates: Certificates,
         token_file: Path) -> None:
-    async with running_sidecar(settings(url, operator, certificates, token_file, 3600), host="127.0.0.1"):
+    async with running_sidecar(settings(url, operator, certificates, token_file, 0.2), host="127.0.0.1"):
         await eventually(lambda: operator.reports, what="the first report")
-        await asyncio.sleep(1.0)  # a reconnect loop would initialize again and again meanwhile
+        # Three timer probes of the same session (every 0.2 s here): a reconnect loop would have initialized
+        # again meanwhile, a new session before each of them.
+        await eventually(lambda: hostile.methods.count("tools/list") >= 3, what="three probes of the session")
     assert operator.reports[0].failure is None
     assert hostile.methods.count("initialize") == 1
-    assert hostile.methods.count("tools/list") == 1
 
 
 async def test_garbage_list_is_reported_invalid(
@@ -87,6 +89,8 @@ async def test_session_that_drops_at_once_is_reopened_with_backoff(
     async with (serve_mcp(ForgetfulServer(hostile)) as url,
                 running_sidecar(settings(url, operator, certificates, token_file, 3600), host="127.0.0.1")):
         await eventually(lambda: operator.reports, what="the first report")
-        await asyncio.sleep(1.5)
+        first = time.monotonic()
+        await eventually(lambda: hostile.methods.count("initialize") >= 3, what="two reconnects")
+        waited = time.monotonic() - first
     assert operator.reports[0].failure is None
-    assert 2 <= hostile.methods.count("initialize") <= 6  # reconnects, backing off from 0.1 s
+    assert waited >= 0.1 + 0.2 - 0.05  # reconnects, backing off from 0.1 s (not in a tight loop)

@@ -9,7 +9,8 @@ from pathlib import Path
 import httpx2
 from lockstep.sidecar.app import running_sidecar
 from lockstep.sidecar.settings import SidecarSettings
-from lockstep_testing.loopback import Certificates, McpServerHandle, OperatorStandIn, eventually, sidecar_env
+from lockstep_testing.loopback import Certificates, McpServerHandle, OperatorStandIn, sidecar_env
+from lockstep_testing.polling import eventually
 
 from lockstep.core import Interface
 from lockstep.core.digest import digest_interface

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from lockstep.sidecar.app import running_sidecar
 from lockstep.sidecar.settings import SidecarSettings
-from lockstep_testing.loopback import Certificates, McpServerHandle, OperatorStandIn, eventually, sidecar_env
+from lockstep_testing.loopback import Certificates, McpServerHandle, OperatorStandIn, sidecar_env
 from lockstep_testing.mcp_servers import MutableServer, make_tools
+from lockstep_testing.polling import eventually
 
 from lockstep import reader
 from lockstep.core import digest_interface

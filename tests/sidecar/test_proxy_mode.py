@@ -10,8 +10,9 @@ import pytest
 from lockstep.sidecar.app import running_sidecar
 from lockstep.sidecar.settings import SidecarSettings
 from lockstep.demo.control_plane import free_port
-from lockstep_testing.loopback import Certificates, McpServerHandle, OperatorStandIn, eventually, sidecar_env
+from lockstep_testing.loopback import Certificates, McpServerHandle, OperatorStandIn, sidecar_env
 from lockstep_testing.mcp_servers import MutableServer, make_tools, split_view_server
+from lockstep_testing.polling import eventually
 from lockstep_testing.proxy_support import agent_read
 
 from lockstep import reader

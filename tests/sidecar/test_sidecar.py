@@ -15,12 +15,12 @@ from lockstep_testing.loopback import (
     Certificates,
     McpServerHandle,
     OperatorStandIn,
-    eventually,
     make_certificates,
     serve_asgi,
     sidecar_env,
 )
 from lockstep_testing.mcp_servers import MutableServer
+from lockstep_testing.polling import eventually
 
 from lockstep import reader
 from lockstep.core import digest_interface
@@ -138,8 +138,9 @@ async def test_session_is_reopened_after_a_server_restart_without_waiting_for_th
 async def test_waits_for_a_server_that_starts_late(
         mcp: McpServerHandle, operator: OperatorStandIn, certificates: Certificates, token_file: Path) -> None:
     await mcp.stop()
-    async with start(mcp, operator, certificates, token_file, interval=30):
-        await asyncio.sleep(1.0)  # the sidecar is retrying the connection meanwhile
+    async with start(mcp, operator, certificates, token_file, interval=30) as sidecar:
+        await eventually(lambda: _sample(sidecar, "lockstep_sidecar_probes_total", result="unreachable") >= 2,
+                         what="the sidecar retrying the connection")
         assert operator.reports == []  # no failure reported while the application starts
         await mcp.start()
         await eventually(lambda: operator.reports, what="the first report")
@@ -181,7 +182,11 @@ async def test_a_malformed_report_refusal_is_not_retried(mcp: McpServerHandle, o
     operator.answers = [400]
     async with start(mcp, operator, certificates, token_file, interval=3600) as sidecar:
         await eventually(lambda: operator.refused, what="the refusal")
-        await asyncio.sleep(1.0)  # a retry would arrive meanwhile (backoff at most 0.5 s here)
+        # A retry is scheduled inside the delivery (Reporter._deliver); once the reporter is back in its
+        # idle wait, none can come (interval=3600: no new probe either).
+        reporter = next(task for task in sidecar.tasks if task.get_name() == "lockstep-reporter")
+        await eventually(lambda: not _awaiting(reporter, "Reporter._deliver"),
+                         what="the reporter done with the refused report")
         assert operator.reports == [] and operator.refused == 1
         assert _sample(sidecar, "lockstep_sidecar_reports_total", result="rejected") == 1
 
@@ -238,6 +243,16 @@ async def test_healthz_and_metrics(mcp: McpServerHandle, operator: OperatorStand
     assert "lockstep_sidecar_last_success_timestamp_seconds" in metrics
     digest = operator.reports[0].digest or ""
     assert _sample(sidecar, "lockstep_sidecar_interface_digest") == int(digest.removeprefix("sha256:")[:13], 16)
+
+
+def _awaiting(task: asyncio.Task[Any], qualname: str) -> bool:
+    """Whether ``task`` is suspended inside the coroutine ``qualname`` (anywhere down its await chain)."""
+    coroutine: Any = task.get_coro()
+    while coroutine is not None:
+        if getattr(coroutine, "__qualname__", "") == qualname:
+            return True
+        coroutine = getattr(coroutine, "cr_await", None)
+    return False
 
 
 def _sample(sidecar: RunningSidecar, name: str, **labels: str) -> float:

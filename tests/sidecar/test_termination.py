@@ -20,8 +20,9 @@ from lockstep.sidecar.app import running_sidecar
 from lockstep.sidecar.listener import is_listening, loopback_port, wait_until_closed
 from lockstep.sidecar.reporter import next_retry
 from lockstep.sidecar.settings import SidecarSettings
-from lockstep_testing.loopback import Certificates, OperatorStandIn, eventually, sidecar_env
+from lockstep_testing.loopback import Certificates, OperatorStandIn, sidecar_env
 from lockstep_testing.mcp_servers import MutableServer, make_tools
+from lockstep_testing.polling import eventually
 
 
 @pytest.mark.parametrize("transport", ["streamable-http", "sse"])
