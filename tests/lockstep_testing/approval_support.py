@@ -1,17 +1,15 @@
 """Support for the approval-flow tests: a cluster emulated by kmock behind a real kubeconfig, the example
-weather server (examples/weather_server.py) read live, and MCPServerInterface status built by the
+weather server (lockstep/demo/weather_server.py) read live, and MCPServerInterface status built by the
 operator's own judging and status code from those real observations."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-import importlib.util
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from click.testing import CliRunner, Result
@@ -26,23 +24,12 @@ from lockstep.core.manifest import build_manifest
 from lockstep.core.report import Observation
 from lockstep.core.revision import Revision
 from lockstep.reader import read_interface
+from lockstep.demo import weather_server as weather
 from lockstep_testing.mcp_servers import serve_mcp
 
 NAMESPACE = "agents"
 NAME = "weather"
 CRD_RESOURCE = "lockstep.dev/v1alpha1/mcpserverinterfaces"
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "weather_server.py"
-
-
-def load_weather_example() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("weather_server_example", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-weather = load_weather_example()
 
 
 def delete_station(code: str) -> str:

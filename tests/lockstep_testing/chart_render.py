@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
+from lockstep.demo.install import documents
 
 __all__ = ["ALL_ON", "CHART_DIR", "CRD_FILES", "NAMESPACE", "NAMESPACED", "RELEASE", "REPO", "Manifest", "Render",
            "documents", "find", "one"]
@@ -42,16 +42,6 @@ NAMESPACED: dict[str, Any] = {
 Manifest = dict[str, Any]
 #: The ``render`` fixture: values in, parsed objects out.
 Render = Callable[..., list[Manifest]]
-
-
-def documents(rendered: dict[str, str]) -> list[Manifest]:
-    """Every Kubernetes object of a render, NOTES.txt left out."""
-    objects: list[Manifest] = []
-    for path, text in sorted(rendered.items()):
-        if path.endswith(".txt"):
-            continue
-        objects += [doc for doc in yaml.safe_load_all(text) if doc]
-    return objects
 
 
 def find(objects: list[Manifest], kind: str, name: str | None = None) -> list[Manifest]:
