@@ -33,13 +33,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from lockstep import __version__
+from lockstep.core.report import Freshness
 from lockstep.operator.cache import PodRecord
 from lockstep.operator.config import OperatorConfig
 from lockstep.operator.metrics import Metrics
 from lockstep.operator.reconciler import Reconciler
 from lockstep.operator.reports import Identity, ReportServer, TokenReviewer
-
-from lockstep.core.report import Freshness
 
 
 def _bench_operator() -> Any:
@@ -79,7 +78,7 @@ class StubEvents:
 class StubRequest:
     """What ReportServer._judge reads of an aiohttp request: a report whose body has all arrived."""
 
-    class content:  # noqa: N801 - aiohttp's attribute name
+    class content:
         @staticmethod
         def is_eof() -> bool:
             return True

@@ -13,9 +13,8 @@ import pytest
 from aiohttp import streams
 from aiohttp.test_utils import make_mocked_request
 
-from lockstep.operator.reports import Identity, ReportRejected, TokenReviewer, _read_body, token_key
-
 from lockstep.core.refusals import Refusal
+from lockstep.operator.reports import Identity, ReportRejected, TokenReviewer, _read_body, token_key
 
 BODY = b'{"observedAt": "2026-11-22T02:00:00Z"}'
 
