@@ -63,7 +63,7 @@ async def flush(name: str, reconciler: Reconciler, client: KubeClient, api_cpu: 
     if batched is not None:
         await batched(everything=True)
     await reconciler.events.drain()
-    dirty = len(reconciler._dirty)
+    dirty = len(reconciler.state.dirty)
     before = api_counts(client)
     api_before, began, cpu_began = api_cpu(), time.perf_counter(), time.process_time()
     await reconciler.flush_status()
