@@ -26,7 +26,7 @@ from lockstep_testing.cluster_objects import (
     weather_service,
 )
 from lockstep.demo.control_plane import ControlPlane, ControlPlaneError
-from lockstep_testing.kmock_support import Sidecar, TlsFiles
+from lockstep_testing.kmock_support import Sidecar, TlsFiles, operator_rounds
 from lockstep.demo.kubelet import Kubelet
 from lockstep_testing.lockstep_install import Installation, api_path, apply
 from lockstep_testing.loopback import McpServerHandle, make_certificates
@@ -175,7 +175,7 @@ async def test_an_operator_restart_keeps_verdicts_without_flapping(
     async with lockstep.run_replica() as second:
         assert second.operator.reconciler is not None
         await eventually(lambda: second.operator.reconciler.synced.is_set(), 20, "resynced")  # type: ignore[union-attr]
-        await second.rounds()  # stale timer rounds and status flushes, which would flip a lost verdict
+        await operator_rounds(second)  # stale timer rounds and status flushes, which would flip a lost verdict
         assert _gate(plane, namespace, "weather-0") == before  # same status, same lastTransitionTime
         warnings = [e for e in events_about(plane, namespace, "weather-0") if e["type"] == "Warning"]
         assert warnings == []

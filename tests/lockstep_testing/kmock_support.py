@@ -48,6 +48,7 @@ __all__ = [
     "TokenBook",
     "declare_resources",
     "jwt_shaped",
+    "operator_rounds",
     "run_operator",
     "run_operator_thread",
     "wait_watches",
@@ -220,6 +221,16 @@ def verdict_of(emulator: Emulator, pod: str) -> tuple[str, str] | None:
 
 async def wait_verdict(emulator: Emulator, pod: str, expected: tuple[str, str]) -> None:
     await eventually(lambda: verdict_of(emulator, pod) == expected)
+
+
+async def operator_rounds(running: RunningOperator, count: int = 2,
+                          jobs: tuple[str, ...] = ("check_stale", "flush_status")) -> None:
+    """Until each of the operator's timers ``jobs`` ran ``count`` more rounds (LockstepOperator.rounds): the
+    positive signal that it moved past the point where a stale check or a status flush would have written."""
+    rounds = running.operator.rounds
+    wanted = {job: rounds[job] + count for job in jobs}
+    await eventually(lambda: all(rounds[job] >= at for job, at in wanted.items()),
+                     what=f"{count} rounds of {', '.join(jobs)}")
 
 
 def sidecar_for(operator: RunningOperator, tokens: TokenBook, tls: TlsFiles, pod: str) -> Sidecar:

@@ -20,6 +20,7 @@ from lockstep_testing.kmock_support import (
     make_pod,
     make_resource,
     operator_config,
+    operator_rounds,
     pod_of,
     resource_status,
     run_operator,
@@ -113,7 +114,7 @@ async def test_the_operator_handles_its_shard_and_leaves_the_others(kmock: Emula
         status, answer = await sidecar_for(operator, tokens, tls_files, "mine-0").post(report())
         assert (status, answer["reason"]) == (403, "NotSelected")
         writes = pod_status_writes(kmock, "mine-0")
-        await operator.rounds()  # the stale timer and the status flush ran, and wrote nothing
+        await operator_rounds(operator)  # the stale timer and the status flush ran, and wrote nothing
         assert pod_status_writes(kmock, "mine-0") == writes
 
     # Nothing of shard b was written: no status, no condition, the other release's condition kept.

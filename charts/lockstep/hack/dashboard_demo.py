@@ -41,7 +41,8 @@ import httpx2
 import pytest
 from lockstep_testing.kmock_support import Emulator
 from lockstep_testing.lockstep_cluster import NAMESPACE, Cluster, lockstep_cluster, start_pod, verified
-from lockstep_testing.loopback import McpServerHandle, eventually
+from lockstep_testing.loopback import McpServerHandle
+from lockstep_testing.polling import eventually
 from lockstep_testing.mcp_servers import MutableServer
 
 from lockstep import reader
