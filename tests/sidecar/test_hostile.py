@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -37,13 +38,14 @@ def settings(url: str, operator: OperatorStandIn, certificates: Certificates, to
 async def test_server_without_a_notification_stream_is_not_reconnected_in_a_loop(
         url: str, hostile: HostileServer, operator: OperatorStandIn, certificates: Certificates,
         token_file: Path) -> None:
-    async with running_sidecar(settings(url, operator, certificates, token_file, 0.2), host="127.0.0.1"):
+    async with running_sidecar(settings(url, operator, certificates, token_file, 3600), host="127.0.0.1"):
         await eventually(lambda: operator.reports, what="the first report")
-        # Three timer probes of the same session (every 0.2 s here): a reconnect loop would have initialized
-        # again meanwhile, a new session before each of them.
-        await eventually(lambda: hostile.methods.count("tools/list") >= 3, what="three probes of the session")
+        # Still a fixed wait: the sidecar gives no signal that it is past deciding to reconnect (a timer
+        # probe every 0.2 s as that signal met a legitimate second session under load).
+        await asyncio.sleep(1.0)  # a reconnect loop would initialize again and again meanwhile
     assert operator.reports[0].failure is None
     assert hostile.methods.count("initialize") == 1
+    assert hostile.methods.count("tools/list") == 1
 
 
 async def test_garbage_list_is_reported_invalid(
