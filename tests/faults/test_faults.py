@@ -300,7 +300,8 @@ async def test_a_second_writer_on_the_same_pods_status(rig: Rig) -> None:
     async def start() -> None:
         thread.start()
 
-    async def end() -> None:
+    async def end() -> None:  # after the hold, and after 100 writes (fewer fit in it on a loaded machine)
+        await asyncio.to_thread(eventually_sync, lambda: writes[0] > 100, 120, "100 writes of the other writer")
         stop.set()
         await asyncio.to_thread(thread.join, 10)
 
