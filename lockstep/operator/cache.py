@@ -40,6 +40,9 @@ class PodRecord:
     ports: dict[str, int] = field(default_factory=dict)
     #: What in the pod's spec breaks Lockstep's admission rules (empty: nothing): such a pod is never verified.
     outside_policy: tuple[str, ...] = ()
+    #: Set on the pod a condition write returned: the resourceVersion that write was guarded on, so replaced.
+    #: A watch event of that version arriving later is the pod as it was before the write (not read again).
+    superseded_version: str = ""
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> PodRecord:

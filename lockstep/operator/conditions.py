@@ -99,6 +99,8 @@ class ConditionWriter:
                 continue
             written = PodRecord.from_body(body) if body and body.get("metadata") else None
             if written is not None and written.uid == pod.uid:
+                if written.resource_version != pod.resource_version:  # (an API that keeps versions: every write bumps it)
+                    written.superseded_version = pod.resource_version
                 self.cache.put_pod(written)
             else:
                 pod.conditions = [*pod.other_conditions, condition]

@@ -222,6 +222,10 @@ class Reconciler:
             state.forget_pod(record.key)
             state.dirty.update(resource.key for resource in self.cache.selecting(record))
             return
+        cached = self.cache.pod(record.namespace, record.name)
+        if cached is not None and record.resource_version and record.uid == cached.uid \
+                and record.resource_version == cached.superseded_version:
+            return  # the pod as it was before Lockstep's last write, arriving late: the cache holds the newer one
         previous = self.cache.put_pod(record)
         track = state.tracks.get(record.key)
         if track is not None and track.uid != record.uid:  # a new pod with the same name

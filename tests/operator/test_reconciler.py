@@ -231,3 +231,46 @@ async def test_rebalance_hands_a_resource_over_and_takes_it_back_from_the_cluste
     exported = reconciler.metrics.registry.get_sample_value(
         "lockstep_last_verification_timestamp_seconds", {"namespace": "ns", "interface": "w"})
     assert exported is not None and exported > 0  # the owner exports its resource's gauges again
+
+
+class VersionedApi(RecordingApi):
+    """Also keeps a resourceVersion, bumped by every write, and refuses a patch guarded on an older one (409)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pod["metadata"]["resourceVersion"] = "1"
+
+    async def merge_patch(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        guard = (body.get("metadata") or {}).get("resourceVersion")
+        if path.endswith("/p1/status") and guard and guard != self.pod["metadata"]["resourceVersion"]:
+            from lockstep.operator.kube import KubeApiError
+
+            raise KubeApiError(409, "the object has been modified")
+        self.pod["metadata"]["resourceVersion"] = str(int(self.pod["metadata"]["resourceVersion"]) + 1)
+        return await super().merge_patch(path, body)
+
+    def foreign_write(self, condition: dict[str, Any]) -> dict[str, Any]:
+        self.pod["status"]["conditions"] = [*self.pod["status"]["conditions"][:-1], condition]
+        self.pod["metadata"]["resourceVersion"] = str(int(self.pod["metadata"]["resourceVersion"]) + 1)
+        return copy.deepcopy(self.pod)
+
+
+async def test_the_late_event_of_lockstep_own_write_costs_no_read_and_a_foreign_one_is_undone() -> None:
+    api = VersionedApi()
+    reconciler = Reconciler(OperatorConfig(), api, Metrics(), SilentEvents())  # type: ignore[arg-type]
+    reconciler.synced.set()
+    await reconciler.on_resource("ADDED", RESOURCE)
+    await reconciler.on_pod("ADDED", api.pod)
+    await reconciler.accept(reconciler.cache.pod("ns", "p1"), observation(document=GOOD))  # type: ignore[arg-type]
+    verified_event = copy.deepcopy(api.pod)  # resourceVersion 2
+    await reconciler.accept(reconciler.cache.pod("ns", "p1"), observation(document=BAD))  # type: ignore[arg-type]
+    assert api.writes == ["Verified", "InterfaceChanged"]
+
+    await reconciler.on_pod("MODIFIED", verified_event)  # the watch catches up late with Lockstep's first write
+    assert api.reads == 0 and api.writes == ["Verified", "InterfaceChanged"]
+    cached = reconciler.cache.pod("ns", "p1")
+    assert cached is not None and cached.lockstep_condition["reason"] == "InterfaceChanged"  # type: ignore[index]
+
+    await reconciler.on_pod("MODIFIED", api.foreign_write(FORGED))  # someone else's True, a new version
+    assert api.reads == 1 and api.writes == ["Verified", "InterfaceChanged", "InterfaceChanged"]
+    assert PodRecord.from_body(api.pod).lockstep_condition["status"] == "False"  # type: ignore[index]
