@@ -19,11 +19,13 @@ import yaml
 from lockstep.demo.control_plane import assets_folder, free_port
 from lockstep.demo.narrator import LOCKSTEP, Narrator
 
+from lockstep.core.names import CONDITION_TYPE
+
 __all__ = ["GATE", "NAMESPACE", "Backend", "EmulatedBackend", "RealBackend", "pod_condition", "weather_pod",
            "weather_server_argv"]
 
 NAMESPACE = "agents"
-GATE = "lockstep.dev/interface-verified"
+GATE = CONDITION_TYPE
 
 
 def weather_pod() -> dict[str, Any]:

@@ -24,10 +24,12 @@ from lockstep.demo.operator_thread import RunningOperator, run_operator
 from lockstep.operator.config import OperatorConfig
 from lockstep.sidecar.settings import SidecarSettings
 
+from lockstep.core.names import CONDITION_TYPE
+
 __all__ = ["GATE", "NAMESPACE", "Cluster", "lockstep_cluster", "loopback_operator_config"]
 
 NAMESPACE = "agents"
-GATE = "lockstep.dev/interface-verified"
+GATE = CONDITION_TYPE
 
 
 @dataclass

@@ -21,9 +21,11 @@ import kmock
 
 from lockstep.operator.shard import LabelSelector
 
+from lockstep.core.names import API_VERSION, KIND, PLURAL, TOKEN_AUDIENCE
+
 __all__ = ["CRD_RESOURCE", "Emulator", "Identity", "TokenBook", "declare_resources", "jwt_shaped"]
 
-CRD_RESOURCE = "lockstep.dev/v1alpha1/mcpserverinterfaces"
+CRD_RESOURCE = f"{API_VERSION}/{PLURAL}"
 TOKEN_REVIEWS_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
 
 
@@ -93,7 +95,7 @@ def declare_resources(emulator: Any) -> None:
     serves ``namespaced: None`` and no verbs in discovery, and kopf does not watch the resource."""
     emulator.resources.load_bundled()
     emulator.resources[CRD_RESOURCE] = kmock.ResourceInfo(
-        kind="MCPServerInterface", singular="mcpserverinterface", namespaced=True,
+        kind=KIND, singular=KIND.lower(), namespaced=True,
         verbs={"get", "list", "watch", "create", "patch", "update", "delete"}, subresources={"status"})
 
 
@@ -102,7 +104,7 @@ class Identity:
     namespace: str
     pod: str
     uid: str
-    audience: str = "lockstep.dev"
+    audience: str = TOKEN_AUDIENCE
 
 
 def jwt_shaped(claims: dict[str, Any]) -> str:
@@ -124,7 +126,7 @@ class TokenBook:
         self.reviews = 0
         emulator.token_reviews = self._answer  # never stored, and no reaction (see Emulator)
 
-    def issue(self, namespace: str, pod: str, uid: str, *, audience: str = "lockstep.dev") -> str:
+    def issue(self, namespace: str, pod: str, uid: str, *, audience: str = TOKEN_AUDIENCE) -> str:
         token = jwt_shaped({"aud": [audience], "sub": f"system:serviceaccount:{namespace}:default",
                             "kubernetes.io": {"namespace": namespace, "pod": {"name": pod, "uid": uid}},
                             "n": len(self.tokens)})

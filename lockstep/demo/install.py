@@ -29,6 +29,8 @@ from lockstep.demo.control_plane import ControlPlane, ControlPlaneError, free_po
 from lockstep.demo.operator_thread import RunningOperator, run_operator_thread
 from lockstep.operator.config import OperatorConfig
 
+from lockstep.core.names import API_VERSION, KIND, PLURAL
+
 __all__ = ["KINDS", "RELEASE", "SYSTEM_NAMESPACE", "ChartNotFound", "Installation", "api_path", "apply",
            "documents", "find_chart", "install_crds", "install_lockstep", "render_chart"]
 
@@ -77,7 +79,7 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "ClusterKopfPeering": ("/apis/kopf.dev/v1", "clusterkopfpeerings", False),
     "KopfPeering": ("/apis/kopf.dev/v1", "kopfpeerings", True),
     "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
-    "MCPServerInterface": ("/apis/lockstep.dev/v1alpha1", "mcpserverinterfaces", True),
+    KIND: (f"/apis/{API_VERSION}", PLURAL, True),
 }
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ClusterKopfPeering",
               "KopfPeering")

@@ -262,7 +262,10 @@ async def test_kube_apiserver_killed_and_restarted(rig: Rig) -> None:
                     _later(lambda: rig.plane.restart("kube-apiserver")), hold=12)
     log = rig.operator.text()[text_before:]
     assert "Traceback" not in log and "Error handling request" not in log
-    assert log.count("Kubernetes API unreachable since") == 1 and log.count("Kubernetes API back after") == 1
+    # Logged once per outage, not per failed request; a restarting kube-apiserver may answer the operator's
+    # probe (every 0.2 s here) and then refuse a write once more before it is ready: at most two outages.
+    outages = log.count("Kubernetes API unreachable since")
+    assert 1 <= outages <= 2 and log.count("Kubernetes API back after") == outages, log[-3000:]
 
 
 async def test_etcd_killed(rig: Rig) -> None:
