@@ -23,7 +23,7 @@ __all__ = ["RunningOperator", "emulator_connection", "run_operator", "run_operat
 T = TypeVar("T")
 
 
-async def wait_until(condition: Callable[[], T], timeout: float, what: str) -> T:
+async def wait_until(condition: Callable[[], T], timeout: float, what: str, *, interval: float = 0.02) -> T:
     """Poll ``condition`` until it returns a truthy value, and return that value; raise TimeoutError after
     ``timeout`` seconds."""
     deadline = time.monotonic() + timeout
@@ -33,7 +33,7 @@ async def wait_until(condition: Callable[[], T], timeout: float, what: str) -> T
             return value
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
-        await asyncio.sleep(0.02)
+        await asyncio.sleep(interval)
 
 
 @dataclass

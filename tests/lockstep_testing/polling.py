@@ -8,11 +8,12 @@ positive signal that the system moved past the point where it would have happene
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from lockstep.demo.operator_thread import wait_until
 
 __all__ = ["eventually", "eventually_sync"]
 
@@ -22,15 +23,11 @@ T = TypeVar("T")
 async def eventually(condition: Callable[[], T], timeout: float = 15.0, what: str | None = None, *,
                      interval: float = 0.02) -> T:
     """Poll ``condition`` until it returns a truthy value, and return that value; fail the test after
-    ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g}s waiting for {what or _described(condition)}")
-        await asyncio.sleep(interval)
+    ``timeout`` seconds (the product's poll, lockstep.demo.operator_thread.wait_until, as a test failure)."""
+    try:
+        return await wait_until(condition, timeout, what or "", interval=interval)
+    except TimeoutError:  # the condition's source is read only now, on a failure
+        raise AssertionError(f"timed out after {timeout:g}s waiting for {what or _described(condition)}") from None
 
 
 def eventually_sync(condition: Callable[[], T], timeout: float = 30.0, what: str | None = None, *,
