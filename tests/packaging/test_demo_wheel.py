@@ -11,6 +11,7 @@ import venv
 from pathlib import Path
 
 import pytest
+from lockstep_testing.wheel import build_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 #: A line of the story that only the loop prints: the rug pull cut, by the sidecar and the operator.
@@ -21,9 +22,7 @@ DRIFT_CAUGHT = "drift caught in"
 def demo_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv with the working tree's wheel and its `demo` extra (from PyPI; pip's cache makes it quick)."""
     folder = tmp_path_factory.mktemp("demo-wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(folder / "dist"), str(ROOT)],
-                   check=True, capture_output=True)
-    (wheel,) = (folder / "dist").glob("mcp_lockstep-*.whl")
+    wheel = build_wheel(folder)
     venv.create(folder / "venv")  # no pip of its own: this interpreter's pip installs into it (--python)
     subprocess.run([sys.executable, "-m", "pip", "--python", str(folder / "venv" / "bin" / "python"), "install",
                     "-q", "--disable-pip-version-check", f"{wheel}[demo]"], check=True, capture_output=True)

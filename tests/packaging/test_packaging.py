@@ -8,6 +8,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from lockstep_testing.wheel import build_wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = (
@@ -45,9 +46,7 @@ def test_python_dash_m_from_the_repository_root_imports_the_stdlib_operator():
 
 @pytest.mark.slow
 def test_a_plain_wheel_holds_and_imports_every_package(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
-                    "-w", str(tmp_path / "dist"), str(ROOT)], check=True, capture_output=True)
-    (wheel,) = (tmp_path / "dist").glob("mcp_lockstep-*.whl")
+    wheel = build_wheel(tmp_path)
     names = zipfile.ZipFile(wheel).namelist()
     assert "lockstep/operator/__init__.py" in names and "lockstep/sidecar/__init__.py" in names
     assert not any(name.startswith(("operator/", "sidecar/", "tests/")) for name in names)
