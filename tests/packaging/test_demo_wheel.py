@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from lockstep_testing.wheel import build_wheel
 
-ROOT = Path(__file__).resolve().parents[2]
 #: A line of the story that only the loop prints: the rug pull cut, by the sidecar and the operator.
 DRIFT_CAUGHT = "drift caught in"
 
