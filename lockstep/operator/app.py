@@ -17,19 +17,20 @@ from typing import Any
 
 import kopf
 from aiohttp import web
+
+from lockstep.core.wire import ReplicaAddress
+from lockstep.operator.conditions import VerdictNotWritten
 from lockstep.operator.config import OperatorConfig
 from lockstep.operator.crd_check import check_crd
 from lockstep.operator.events import EventPoster
 from lockstep.operator.freshness import OperatorClock
 from lockstep.operator.kube import GROUP, PLURAL, VERSION, api_counts
 from lockstep.operator.metrics import Metrics
-from lockstep.operator.conditions import VerdictNotWritten
 from lockstep.operator.outage import ApiOutage, ApiUnavailable, EndlessBackoffs, TrackedKubeClient
-from lockstep.operator.replicas.membership import Membership
-
-from lockstep.core.wire import ReplicaAddress
 from lockstep.operator.reconciler import Reconciler
+from lockstep.operator.replicas.membership import Membership
 from lockstep.operator.reports import ReportServer, TokenReviewer
+from lockstep.operator.watch_only import WatchOnlyDiffBase, refuse_changing_handlers
 
 __all__ = ["LockstepOperator"]
 
@@ -71,6 +72,9 @@ class LockstepOperator:
         # the work by resource through Lockstep's own entries in the peering object (lockstep.operator.replicas.membership).
         settings.peering.standalone = True
         settings.watching.server_timeout = 300
+        # Raw watch events only: no diff base is copied and compared per event (lockstep.operator.watch_only).
+        refuse_changing_handlers(self.registry)
+        settings.persistence.diffbase_storage = WatchOnlyDiffBase()
         # Whatever the length of an API outage, the watches come back on their own: kopf's default
         # retries end after about 90 s, and a watch whose retries ended stays dead (docs/operator.md).
         settings.networking.error_backoffs = EndlessBackoffs(self.config.api_backoffs, self.config.api_backoff_then)
