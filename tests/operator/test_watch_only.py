@@ -4,6 +4,9 @@ handler registered beside it stops the operator at start instead of silently nev
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import kopf
@@ -50,3 +53,15 @@ def test_a_timer_stops_the_operator_at_start() -> None:
 
     with pytest.raises(ChangingHandlerRegistered, match="a-timer"):
         operator.settings()
+
+
+def test_bench_pod_events_counts_kopfs_work_per_event() -> None:
+    """bench/pod_events.py runs (it reaches into kopf's processing) and its exact call counts show the saving."""
+    script = Path(__file__).resolve().parents[2] / "bench" / "pod_events.py"
+    result = subprocess.run([sys.executable, str(script), "--events", "40", "--rounds", "1"],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    rows = {line.split("  ")[0]: line.split()[-1] for line in result.stdout.splitlines()
+            if line.startswith(("kopf's default", "Lockstep's"))}
+    default, lockstep = int(rows["kopf's default"]), int(rows["Lockstep's (no diff base)"])
+    assert lockstep * 3 < default, result.stdout
