@@ -35,32 +35,80 @@ texts = st.text(characters, max_size=12)
 keys = st.one_of(texts, st.text(st.sampled_from(["a", "b", "\ue000", "\uffff", "\U00010000", "\U0001f600"]), max_size=3))
 
 
+def _signed(values: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Each value and its negation: one flat sample (a flatmap builds a strategy per draw, 3x the cost)."""
+    return tuple(signed for value in values for signed in (value, -value))
+
+
 def _decimal(mantissa: int, exponent: int) -> float:
     return float(f"{mantissa}e{exponent}")
 
 
 floats = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False),
-    st.sampled_from(BOUNDARY_FLOATS).flatmap(lambda value: st.sampled_from([value, -value])),
+    st.sampled_from(_signed(BOUNDARY_FLOATS)),
     st.builds(_decimal, st.integers(-(10**17), 10**17), st.integers(-330, 310)).filter(math.isfinite),
     st.integers(-(2**60), 2**60).map(float),
 )
 integers = st.one_of(
     st.integers(-(2**31), 2**31),
     st.integers(-(2**70), 2**70),
-    st.sampled_from(BOUNDARY_INTEGERS).flatmap(lambda value: st.sampled_from([value, -value])),
+    st.sampled_from(_signed(BOUNDARY_INTEGERS)),
 )
 scalars = st.one_of(st.none(), st.booleans(), integers, floats, texts)
+#: The most items in one generated list or object.
+MAX_ITEMS = 6
 
 
 def json_values(max_leaves: int = 40) -> st.SearchStrategy[Any]:
     """Arbitrary JSON: nested lists and objects over the scalars above."""
     return st.recursive(
         scalars,
-        lambda children: st.lists(children, max_size=6) | st.dictionaries(keys, children, max_size=6),
+        lambda children: (st.lists(children, max_size=MAX_ITEMS)
+                          | st.dictionaries(keys, children, max_size=MAX_ITEMS)),
         max_leaves=max_leaves,
     )
 
 
+_KINDS = st.sampled_from(("scalar", "scalar", "list", "object"))  # as st.recursive: half scalars; shrinks to one
+_SIZES = [st.integers(0, size) for size in range(MAX_ITEMS + 1)]
+
+
+@st.composite
+def _object_tree(draw: st.DrawFn, max_leaves: int) -> dict[str, Any]:
+    """An object over the nodes of :func:`json_values`, with at most ``max_leaves`` scalars in all.
+
+    Drawn against a budget, never retried: ``st.dictionaries(keys, json_values(n))`` bounds each value
+    alone (six values, six times the leaves), and st.recursive redraws every value that outgrows its
+    bound, which made most of test_digest's generation time.
+    """
+    left = max_leaves
+    levels = max_leaves.bit_length()  # as deep as st.recursive nests: 2 ** (levels - 1) <= max_leaves
+
+    def node(level: int, kind: str) -> Any:
+        nonlocal left
+        if kind == "scalar":
+            left -= 1
+            return draw(scalars)
+        size = draw(_SIZES[min(MAX_ITEMS, left)])
+        child = lambda: node(level + 1, draw(_KINDS) if level + 1 < levels else "scalar")
+        if kind == "list":
+            items: list[Any] = []
+            while len(items) < size and left > 0:
+                items.append(child())
+            return items
+        result: dict[str, Any] = {}
+        for _ in range(size):
+            if left <= 0:
+                break
+            key = draw(keys)
+            if key not in result:  # keys of one object collide often (few short ones): a repeat adds nothing
+                result[key] = child()
+        return result
+
+    return node(0, "object")
+
+
 def json_objects(max_leaves: int = 40) -> st.SearchStrategy[dict[str, Any]]:
-    return st.dictionaries(keys, json_values(max_leaves), max_size=6)
+    """Arbitrary JSON objects: at most ``max_leaves`` scalars in all, nested up to st.recursive's depth."""
+    return _object_tree(max_leaves)
