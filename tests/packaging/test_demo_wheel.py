@@ -13,6 +13,10 @@ from pathlib import Path
 import pytest
 from lockstep_testing.wheel import build_wheel
 
+# Both tests on one pytest-xdist worker: the module's venv (a wheel build and a pip install, a minute under
+# make test's load) is then made once, not once on each worker that draws one of them.
+pytestmark = pytest.mark.xdist_group("demo-wheel")
+
 #: A line of the story that only the loop prints: the rug pull cut, by the sidecar and the operator.
 DRIFT_CAUGHT = "drift caught in"
 
