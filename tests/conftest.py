@@ -16,7 +16,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     groups on. pytest-xdist (3.8) sets ``item._nodeid``, which pytest 9 no longer reads (the id is ``_id``),
     so every xdist_group was ignored: the envtest tier started a control plane on each of the six workers and
     the fault-injection tests ran beside each other, each on its own rig. Runs last, after the folders'
-    conftests have marked their tests; does nothing once the suffix is there (a fixed xdist)."""
+    conftests have marked their tests; does nothing once the suffix is there (a fixed xdist: drop this hook
+    then; upstream issue pytest-dev/pytest-xdist#1386, fix proposed in #1388)."""
     if not getattr(config.option, "loadgroup", False):  # set on the workers of `--dist loadgroup`
         return
     for item in items:
