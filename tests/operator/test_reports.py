@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from typing import Any
 
 import kmock
@@ -28,7 +29,6 @@ from lockstep_testing.kmock_support import (
 )
 from lockstep_testing.polling import eventually
 from lockstep_testing.reports import report_body
-
 
 pytestmark = pytest.mark.kmock(cls=Emulator)
 
@@ -207,10 +207,15 @@ async def test_a_flood_of_unknown_tokens_costs_a_bounded_number_of_token_reviews
         assert {(status, answer["reason"]) for status, answer in answers} == {(401, "Unauthenticated")}
         assert tokens.reviews == 0
         flood = [_sidecar(operator, tls_files, jwt_shaped({"random": secrets.token_hex(16)})) for _ in range(200)]
+        began = time.monotonic()
         answers = await asyncio.gather(*(sidecar.post(report_body()) for sidecar in flood))
+        lasted = time.monotonic() - began
         reasons = {answer["reason"] for _, answer in answers}
         assert reasons <= {"Unauthenticated", "RateLimited"} and "RateLimited" in reasons
-        assert tokens.reviews <= 12  # the burst, and a refill or two while the flood lasted
+        # The burst, and what the rate refilled while the flood lasted (under load the 200 handshakes take
+        # seconds): far below one review per request.
+        assert tokens.reviews <= 10 + 5.0 * lasted + 1, (tokens.reviews, lasted)
+        assert tokens.reviews < 50
         before = tokens.reviews
         same = _sidecar(operator, tls_files, jwt_shaped({"not": "a token the API server issued"}))
         for _ in range(3):
