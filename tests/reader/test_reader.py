@@ -203,8 +203,8 @@ async def test_slow_list_times_out(transport: str) -> None:
     server = full_server(list_delay=30)
     async with serve_mcp(server, transport) as url:
         with pytest.raises(ReadTimeoutError) as caught:
-            await read_interface(url, timeout=1)
-    assert "within 1s" in str(caught.value) and "tools/list" in str(caught.value)
+            await read_interface(url, timeout=3)  # 1 s was too short for the handshake on a loaded machine
+    assert "within 3s" in str(caught.value) and "tools/list" in str(caught.value)
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
