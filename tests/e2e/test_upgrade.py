@@ -40,7 +40,16 @@ from typing import Any
 
 import pytest
 from e2e.in_node import NETNS, InNode, reachable
-from lockstep_testing.real_cluster import IMAGE, POISON, Cluster, app_objects, eventually
+from lockstep_testing.real_cluster import (
+    GROUP,
+    IMAGE,
+    PLURAL,
+    POISON,
+    VERSION,
+    Cluster,
+    app_objects,
+    eventually,
+)
 
 from lockstep.operator.crd_check import CRD_NAME, missing_fields
 
@@ -297,12 +306,35 @@ def start_at_the_previous_release(cluster: Cluster, chart: Path) -> None:
     assert MANAGED_BY not in (crd.metadata.labels or {}), "the previous release's crds/ pass sets no Helm metadata"
 
 
+def app_interface(namespace: str) -> dict[str, Any]:
+    return {"apiVersion": "lockstep.dev/v1alpha1", "kind": "MCPServerInterface",
+            "metadata": {"name": APP, "namespace": namespace},
+            "spec": {"selector": {"matchLabels": {"app": APP}}, "endpoint": {"port": 8080, "path": "/mcp"},
+                     "enforcement": "Isolate", "approval": "FirstSeen", "probe": FAST_PROBE}}
+
+
+def validation_serving(cluster: Cluster) -> bool:
+    """A dry-run create of the app's interface passes the validating webhook. `helm install --wait` ends
+    when the operator's pod is Ready, a moment before kube-proxy routes the webhook's Service to it (a
+    clean-clone run's first create was refused: connection refused)."""
+    import kubernetes
+
+    try:
+        cluster.custom.create_namespaced_custom_object(
+            GROUP, VERSION, cluster.namespace, PLURAL, app_interface(cluster.namespace),
+            dry_run="All")
+    except kubernetes.client.ApiException as error:
+        if error.status == 500 and "failed calling webhook" in str(error.body):
+            return False
+        raise
+    return True
+
+
 def deploy_the_app(cluster: Cluster) -> list[str]:
     """Three pods with the previous sidecar (no proxy in its Isolate): the server on the pod's IP."""
-    cluster.apply_interface({
-        "apiVersion": "lockstep.dev/v1alpha1", "kind": "MCPServerInterface", "metadata": {"name": APP},
-        "spec": {"selector": {"matchLabels": {"app": APP}}, "endpoint": {"port": 8080, "path": "/mcp"},
-                 "enforcement": "Isolate", "approval": "FirstSeen", "probe": FAST_PROBE}})
+    eventually(lambda: validation_serving(cluster), "the previous release's validating webhook serving", timeout=60,
+               interval=0.5)
+    cluster.apply_interface(app_interface(cluster.namespace))
     cluster.create(app_objects(APP, cluster.namespace, replicas=REPLICAS, host="0.0.0.0", service_port="mcp"))
     pods = eventually(lambda: serving(cluster, REPLICAS), f"{REPLICAS} pods verified and in the Service")
     assert {sidecar_image(p) for p in cluster.pods(APP)} == {PREVIOUS_IMAGE}
