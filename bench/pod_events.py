@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import copy
 import cProfile
-import importlib.util
 import json
 import pstats
 import statistics
@@ -38,23 +37,16 @@ from lockstep.operator.config import OperatorConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
+from scripts import load_script
 from tables import print_table
 
 PODS = references.Resource(group="", version="v1", plural="pods", kind="Pod", namespaced=True,
                            verbs=["list", "watch", "patch"])
 
 
-def floors_module() -> Any:
-    spec = importlib.util.spec_from_file_location("bench_floors", ROOT / "bench" / "floors.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def pod_events(count: int, pods: int = 100) -> list[dict[str, Any]]:
     """`count` MODIFIED events over `pods` Lockstep-shaped pods, each with a new resourceVersion."""
-    floors = floors_module()
+    floors = load_script("floors")
     bodies = []
     for index in range(pods):
         pod = floors.lockstep_pod(index)

@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import contextlib
 import datetime
-import importlib.util
 import json
 import ssl
 import statistics
@@ -32,7 +31,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import kmock
@@ -41,24 +39,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 from lockstep_testing.kmock_support import Emulator, TokenBook, declare_resources, jwt_shaped, make_tls_files
-
+from scripts import load_script
 from tables import print_table
 
 from lockstep import __version__
 from lockstep.core import Interface
 from lockstep.core.report import Freshness, Observation
 from lockstep.core.revision import Revision
-
-
-def _bench_operator() -> Any:
-    """bench/operator.py (its file name shadows the standard library's operator module, so by path)."""
-    spec = importlib.util.spec_from_file_location("bench_operator", ROOT / "bench" / "operator.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_operator"] = module
-    spec.loader.exec_module(module)
-    return module
-
 
 NAMESPACE = "bench"
 INTERFACE = {"tools": [{"name": "lookup", "description": "Look up.", "inputSchema": {"type": "object"}}]}
@@ -129,7 +116,7 @@ async def hold(port: int, context: ssl.SSLContext, kind: str, token: str, answer
 
 
 async def run(connections: int, reports: int, hold_seconds: float) -> list[list[str]]:
-    bench_operator = _bench_operator()
+    bench_operator = load_script("operator")
     rows = []
     async with Emulator(history=False) as emulator, kmock.Server(emulator):
         declare_resources(emulator)

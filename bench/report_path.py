@@ -8,7 +8,8 @@ API's work. Two modes: ``digests``, steady reports as today's sidecar sends an u
 condition written to the stub. Prints CPU and wall time per report; with ``--profile``, the Python function
 calls and the event-loop turns per report (exact, whatever the machine's load) and the top of a cProfile.
 
-Uses the operator's internals; it runs against any tree from v0.2.0 on, each with its own interpreter::
+Uses the operator's internals; it runs against any tree from v0.2.0 on, each with its own interpreter (copy it
+there with bench/scripts.py, which loads that tree's bench/operator.py)::
 
     python bench/report_path.py --mode digests --rounds 3
     python bench/report_path.py --mode drift --rounds 2 --profile
@@ -21,7 +22,6 @@ import asyncio
 import cProfile
 import datetime
 import hashlib
-import importlib.util
 import json
 import pstats
 import sys
@@ -32,6 +32,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
+from scripts import load_script
+
 from lockstep import __version__
 from lockstep.core.report import Freshness
 from lockstep.operator.cache import PodRecord
@@ -39,16 +41,6 @@ from lockstep.operator.config import OperatorConfig
 from lockstep.operator.metrics import Metrics
 from lockstep.operator.reconciler import Reconciler
 from lockstep.operator.reports import Identity, ReportServer, TokenReviewer
-
-
-def _bench_operator() -> Any:
-    """bench/operator.py, for its resources, pods and report bodies."""
-    spec = importlib.util.spec_from_file_location("bench_operator", ROOT / "bench" / "operator.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_operator"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 class StubClient:
@@ -94,7 +86,7 @@ class StubRequest:
 
 
 async def run(mode: str, rounds: int, resources: int, replicas: int, profile: bool) -> None:
-    bench = _bench_operator()
+    bench = load_script("operator")  # its resources, pods and report bodies
     config = OperatorConfig(rate_per_pod=100, rate_burst=100, source_rate=0)
     metrics = Metrics()
     reconciler = Reconciler(config, StubClient(), metrics, StubEvents())  # type: ignore[arg-type]

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import sys
 import tempfile
 import time
@@ -33,11 +32,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
-_spec = importlib.util.spec_from_file_location("bench_operator", ROOT / "bench" / "operator.py")
-assert _spec is not None and _spec.loader is not None
-bench_operator = importlib.util.module_from_spec(_spec)
-sys.modules["bench_operator"] = bench_operator  # its dataclasses look their module up
-_spec.loader.exec_module(bench_operator)
+from scripts import load_script
+
+bench_operator = load_script("operator")
 
 from lockstep.core import Interface
 from lockstep.core.report import Observation
