@@ -304,6 +304,8 @@ def start_at_the_previous_release(cluster: Cluster, chart: Path) -> None:
     assert operator_images(cluster.core) == {PREVIOUS_IMAGE}
     crd = installed_crd(cluster.api)
     assert MANAGED_BY not in (crd.metadata.labels or {}), "the previous release's crds/ pass sets no Helm metadata"
+    eventually(lambda: validation_serving(cluster), "the previous release's validating webhook serving", timeout=60,
+               interval=0.5)
 
 
 def app_interface(namespace: str) -> dict[str, Any]:
@@ -314,9 +316,9 @@ def app_interface(namespace: str) -> dict[str, Any]:
 
 
 def validation_serving(cluster: Cluster) -> bool:
-    """A dry-run create of the app's interface passes the validating webhook. `helm install --wait` ends
-    when the operator's pod is Ready, a moment before kube-proxy routes the webhook's Service to it (a
-    clean-clone run's first create was refused: connection refused)."""
+    """A dry-run create of the app's interface passes the validating webhook: part of an install being
+    done, since `helm install --wait` ends when the operator's pod is Ready, a moment before kube-proxy
+    routes the webhook's Service to it (a clean-clone run's first create was refused: connection refused)."""
     import kubernetes
 
     try:
@@ -332,8 +334,6 @@ def validation_serving(cluster: Cluster) -> bool:
 
 def deploy_the_app(cluster: Cluster) -> list[str]:
     """Three pods with the previous sidecar (no proxy in its Isolate): the server on the pod's IP."""
-    eventually(lambda: validation_serving(cluster), "the previous release's validating webhook serving", timeout=60,
-               interval=0.5)
     cluster.apply_interface(app_interface(cluster.namespace))
     cluster.create(app_objects(APP, cluster.namespace, replicas=REPLICAS, host="0.0.0.0", service_port="mcp"))
     pods = eventually(lambda: serving(cluster, REPLICAS), f"{REPLICAS} pods verified and in the Service")
