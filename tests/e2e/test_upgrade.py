@@ -1,13 +1,13 @@
 """The upgrade tier (issue 26): the previous release, upgraded, rolled back, upgraded again and uninstalled
 with the real Helm (tests/e2e/helm.py runs Helm's own Go actions), while injected pods serve a client.
 
-A cluster that started at the previous release (``LOCKSTEP_E2E_PREVIOUS``, e.g. ``v0.1.0``: its chart from the
-tag, its image loaded by tools/realnode-e2e): the fresh release that tools/realnode-e2e installed is
-uninstalled and its CRD deleted, then the previous chart installed (its CRD from ``crds/``, without Helm's
-ownership metadata). Three pods of the e2e weather server behind a Service, enforcement Isolate, each with
-the previous release's sidecar, and a client in the node's network namespace that calls a tool through the
-Service's ClusterIP on a new connection every 0.2 s (a new MCP session each time), while a watch records
-every Ready transition of those pods. Then, as docs/upgrades.md orders it:
+A cluster that started at the previous release (``LOCKSTEP_E2E_PREVIOUS``, e.g. ``v0.1.0``: its chart from its
+source archive in releases/, its image loaded by tools/realnode-e2e): the fresh release that
+tools/realnode-e2e installed is uninstalled and its CRD deleted, then the previous chart installed (its CRD
+from ``crds/``, without Helm's ownership metadata). Three pods of the e2e weather server behind a Service,
+enforcement Isolate, each with the previous release's sidecar, and a client in the node's network namespace
+that calls a tool through the Service's ClusterIP on a new connection every 0.2 s (a new MCP session each
+time), while a watch records every Ready transition of those pods. Then, as docs/upgrades.md orders it:
 
 1. ``helm upgrade`` to the working tree: refused until the CRD is adopted (Helm's ownership check, with
    docs/helm.md's message), accepted after the documented ``kubectl label`` / ``kubectl annotate``. The CRD
@@ -29,12 +29,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tarfile
 import textwrap
 import threading
 import time
 from collections.abc import Iterator
-from io import BytesIO
 from pathlib import Path
 from typing import Any
 
@@ -260,17 +258,16 @@ def lockstep_admission_leftovers(api: Any) -> list[str]:
 
 @pytest.fixture(scope="module")
 def previous_chart(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The previous release's chart, from its tag (CI clones with tags)."""
+    """The previous release's chart, from its source archive in releases/ (tools/release-source)."""
     if not PREVIOUS:
         pytest.skip("set LOCKSTEP_E2E_PREVIOUS to the previous release's tag, its image loaded (tools/realnode-e2e)")
     if os.geteuid() != 0 or not Path(NETNS).exists():
         pytest.skip(f"the client runs in the node's network namespace ({NETNS}, as root)")
-    archive = subprocess.run(["git", "archive", PREVIOUS, "charts/lockstep"], cwd=REPO, capture_output=True)
-    if archive.returncode != 0:
-        pytest.fail(f"the tag {PREVIOUS} is not in this clone (git fetch --tags): {archive.stderr.decode()[:200]}")
     folder = tmp_path_factory.mktemp("previous")
-    with tarfile.open(fileobj=BytesIO(archive.stdout)) as tar:
-        tar.extractall(folder, filter="data")
+    unpacked = subprocess.run([str(REPO / "tools" / "release-source"), "unpack", PREVIOUS, str(folder)],
+                              check=False, capture_output=True, text=True)
+    if unpacked.returncode != 0:
+        pytest.fail(f"the source of {PREVIOUS} did not unpack: {unpacked.stderr.strip()}")
     return folder / "charts" / "lockstep"
 
 
