@@ -117,6 +117,19 @@ def test_an_archive_without_a_checksum_line_is_refused(tmp_path: Path) -> None:
     assert "v9.9.9.tar.gz has no line in" in result.stderr
 
 
+@pytest.mark.parametrize("archive", ARCHIVES, ids=tag_of)
+def test_a_checksum_line_of_a_look_alike_name_does_not_vouch_for_the_archive(archive: Path, tmp_path: Path) -> None:
+    """The name in SHA256SUMS is compared whole: `v0a1a0.tar.gz`'s good line says nothing of `v0.1.0.tar.gz`."""
+    releases = copy_of_releases(tmp_path)
+    look_alike = archive.name.removesuffix(".tar.gz").replace(".", "a") + ".tar.gz"
+    shutil.copy(archive, releases / look_alike)
+    (releases / "SHA256SUMS").write_text(f"{checksums()[archive.name]}  {look_alike}\n")
+    (releases / archive.name).write_bytes(gzip.compress(gzip.decompress(archive.read_bytes()) + b"\0" * 512))
+    result = unpack(tag_of(archive), tmp_path / "tree", releases)
+    assert result.returncode == 2
+    assert f"{archive.name} has no line in" in result.stderr
+
+
 def test_a_release_that_is_not_shipped_says_how_to_make_it(tmp_path: Path) -> None:
     result = unpack("v0.0.1", tmp_path / "tree")
     assert result.returncode == 2
