@@ -16,10 +16,9 @@ from typing import Any
 
 import yaml
 
+from lockstep.core.names import CONDITION_TYPE
 from lockstep.demo.control_plane import assets_folder, free_port
 from lockstep.demo.narrator import LOCKSTEP, Narrator
-
-from lockstep.core.names import CONDITION_TYPE
 
 __all__ = ["GATE", "NAMESPACE", "Backend", "EmulatedBackend", "RealBackend", "pod_condition", "weather_pod",
            "weather_server_argv"]

@@ -17,14 +17,13 @@ import httpx2
 import jsonpatch
 import kmock
 
+from lockstep.core.names import CONDITION_TYPE
 from lockstep.demo.certificates import Certificates, make_certificates
 from lockstep.demo.control_plane import free_port
 from lockstep.demo.emulator import Emulator, TokenBook, declare_resources
 from lockstep.demo.operator_thread import RunningOperator, run_operator
 from lockstep.operator.config import OperatorConfig
 from lockstep.sidecar.settings import SidecarSettings
-
-from lockstep.core.names import CONDITION_TYPE
 
 __all__ = ["GATE", "NAMESPACE", "Cluster", "lockstep_cluster", "loopback_operator_config"]
 

@@ -19,9 +19,8 @@ import aiohttp.web
 import attrs
 import kmock
 
-from lockstep.operator.shard import LabelSelector
-
 from lockstep.core.names import API_VERSION, KIND, PLURAL, TOKEN_AUDIENCE
+from lockstep.operator.shard import LabelSelector
 
 __all__ = ["CRD_RESOURCE", "Emulator", "Identity", "TokenBook", "declare_resources", "jwt_shaped"]
 

@@ -23,13 +23,12 @@ from typing import Any
 
 import yaml
 
+from lockstep.core.names import API_VERSION, KIND, PLURAL
 from lockstep.demo.certificates import Certificates, host_address
 from lockstep.demo.cluster import loopback_operator_config
 from lockstep.demo.control_plane import ControlPlane, ControlPlaneError, free_port
 from lockstep.demo.operator_thread import RunningOperator, run_operator_thread
 from lockstep.operator.config import OperatorConfig
-
-from lockstep.core.names import API_VERSION, KIND, PLURAL
 
 __all__ = ["KINDS", "RELEASE", "SYSTEM_NAMESPACE", "ChartNotFound", "Installation", "api_path", "apply",
            "documents", "find_chart", "install_crds", "install_lockstep", "render_chart"]
