@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from lockstep.operator.judge import PodState
@@ -37,8 +37,10 @@ FLUSH_CONCURRENCY = 8
 class StatusWriter:
     def __init__(self, config: OperatorConfig, state: State, cache: ClusterCache, client: KubeClient,
                  ownership: Ownership, quarantine: QuarantineBook, observed_maps: ObservedMaps, metrics: Metrics,
-                 verdict_events: VerdictEvents) -> None:
+                 verdict_events: VerdictEvents, *, now: Callable[[], float] = time.monotonic) -> None:
         self.config = config
+        #: The clock status_write_interval is counted on (monotonic seconds); a test drives its own.
+        self.now = now
         self.state = state
         self.cache = cache
         self.client = client
@@ -57,7 +59,7 @@ class StatusWriter:
         urgent, state.urgent = state.urgent & dirty, state.urgent - dirty
         slots = asyncio.Semaphore(FLUSH_CONCURRENCY)
 
-        now = time.monotonic()
+        now = self.now()
         spacing = 0.0 if final else self.config.status_write_interval
 
         async def flush(key: Key) -> None:
@@ -100,7 +102,7 @@ class StatusWriter:
             if record.status.get("phase") and record.status.get("phase") != status["phase"] and previous:
                 logger.info("%s/%s: phase %s -> %s", *record.key, record.status.get("phase"), status["phase"])
             await self.client.merge_patch(self.client.resource_status_path(*record.key), {"status": status})
-            resource.patched_at = time.monotonic()
+            resource.patched_at = self.now()
         resource.written_status = status
         await self.observed_maps.prune(record.key, unwanted)  # only once status no longer points at them
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -84,7 +83,6 @@ def _plain_pod(namespace: str, name: str) -> dict[str, Any]:
 def test_a_namespace_editor_cannot_get_an_unapproved_interface_ready(cluster: Cluster,
                                                                       tenants: tuple[Tenant, Tenant]) -> None:
     deployer, approver = tenants
-    started = time.monotonic()
     cluster.apply_interface(_interface(cluster.namespace))
     cluster.create(app_objects("weather", cluster.namespace, replicas=1))
 
@@ -185,4 +183,3 @@ def test_a_namespace_editor_cannot_get_an_unapproved_interface_ready(cluster: Cl
     approved = approver("patch", "mcpserverinterface", "weather", "--type", "merge", "-p",
                         json.dumps({"spec": {"probe": {"interval": "15s"}}}))
     assert approved.returncode == 0, approved.stderr
-    assert time.monotonic() - started < 120

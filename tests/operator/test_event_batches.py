@@ -110,39 +110,56 @@ async def test_a_resources_status_is_written_at_most_once_per_write_interval(
         return len(kmock["patch", kmock.resource("lockstep.dev/v1alpha1/mcpserverinterfaces"),
                          kmock.subresource("status")])
 
-    interval = 10.0  # the 7 posts must fit in it on a loaded machine (up to 7 s at a load average of 13)
+    interval = 60.0  # never reached by the wall clock: the test moves the writer's clock itself
+    clock = ManualClock(time.monotonic())
     async with run_operator(kmock, operator_config(tls_files, status_write_interval=interval)) as operator:
+        reconciler = operator.operator.reconciler  # type: ignore[union-attr]
+        reconciler.status_writer.now = clock
         await create_objects(kmock, make_resource([{"tools": TOOLS}]), *(make_pod(name) for name in PODS))
-        cache = operator.operator.reconciler.cache  # type: ignore[union-attr]
+        cache = reconciler.cache
         await eventually(lambda: all(cache.pod(NAMESPACE, name) for name in PODS))
-        state = operator.operator.reconciler.state  # type: ignore[union-attr]
-
-        def written_at() -> float | None:
-            written = state.resources.get((NAMESPACE, "weather"))
-            return written.patched_at if written is not None else None
+        state = reconciler.state
 
         def settled() -> bool:
-            """The writes at start are over (no change waits), and so is the write interval after the last."""
-            last = written_at()
-            return not state.dirty and last is not None and time.monotonic() - last > interval
+            """The writes at start are over: each poll lets a write interval pass, until nothing waits."""
+            clock.advance(interval + 1)
+            return not state.dirty and state.resources.get((NAMESPACE, "weather")) is not None
 
-        await eventually(settled, timeout=30, what="the status writes at start over, and their write interval")
+        await eventually(settled, timeout=30, what="the status writes at start over")
+        clock.advance(interval + 1)  # and the write interval after the last of them
         first, *rest = [Sidecar(f"https://127.0.0.1:{operator.report_port}",
                                 tokens.issue(NAMESPACE, name, f"uid-{name}"), tls_files) for name in PODS]
         before = status_writes()
         assert (await first.post(report_body(TOOLS)))[0] == 202
         await eventually(lambda: status_writes() - before == 1, what="the first change's status write, alone")
-        first_written, flushes = written_at(), operator.operator.rounds["flush_status"]
-        for sidecar in rest:  # 7 more verdict changes over about a second: several flushes of 0.1 s
+        flushes = operator.operator.rounds["flush_status"]
+        for sidecar in rest:  # 7 more verdict changes, however long they take: the writer's clock stands still
             assert (await sidecar.post(report_body(TOOLS)))[0] == 202
-            await asyncio.sleep(0.12)
         assert all(verdict_of(kmock, name) == ("True", "Verified") for name in PODS)
-        assert first_written is not None and time.monotonic() - first_written < interval, "the posts outlasted the interval"
-        assert operator.operator.rounds["flush_status"] - flushes >= 3  # the flushes ran, and wrote nothing:
+        await eventually(lambda: operator.operator.rounds["flush_status"] - flushes >= 3,
+                         what="three flushes after the posts")
+        assert state.dirty, "the later changes wait to be written"
         assert status_writes() - before == 1  # the others wait for status_write_interval after the first
+        clock.advance(interval - 1)
+        await eventually(lambda: operator.operator.rounds["flush_status"] - flushes >= 6, what="three more flushes")
+        assert status_writes() - before == 1  # a second short of the interval: still waiting
+        clock.advance(2)
         await eventually(lambda: kmock.objects["lockstep.dev/v1alpha1/mcpserverinterfaces", NAMESPACE, "weather"]
-                       ["status"]["pods"]["verified"] == len(PODS), timeout=interval + 5)
+                       ["status"]["pods"]["verified"] == len(PODS), timeout=15)
         assert status_writes() - before == 2  # the first change, then the rest together
+
+
+class ManualClock:
+    """A monotonic clock that moves only when the test moves it."""
+
+    def __init__(self, start: float) -> None:
+        self.value = start
+
+    def __call__(self) -> float:
+        return self.value
+
+    def advance(self, seconds: float) -> None:
+        self.value += seconds
 
 
 async def test_a_pod_just_cut_reaches_the_status_whatever_the_write_interval(

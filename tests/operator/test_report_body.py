@@ -45,9 +45,9 @@ async def test_a_slow_body_is_cut_off_at_the_deadline() -> None:
     payload.feed_data(BODY[:10])  # and nothing more, no end
     started = time.monotonic()
     with pytest.raises(ReportRejected) as refused:
-        await _read_body(request, 1024, timeout=0.1)
+        await asyncio.wait_for(_read_body(request, 1024, timeout=0.1), 30)  # the deadline ends it, not this
     assert refused.value.refusal is Refusal.SLOW_BODY
-    assert 0.09 <= time.monotonic() - started < 1.0
+    assert time.monotonic() - started >= 0.09  # it waited for the body until the deadline
 
 
 @pytest.mark.parametrize("arrived", [True, False], ids=["all arrived", "still arriving"])
