@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = [
     "API_VERSION",
+    "APPROVAL_PREDICATE_TYPE",
     "CONDITION_TYPE",
     "DIGEST_ANNOTATION",
     "DIGEST_LABEL",
@@ -35,6 +36,8 @@ __all__ = [
     "INTERFACE_LABEL",
     "KIND",
     "PLURAL",
+    "POLICY_KIND",
+    "POLICY_PLURAL",
     "PROXY_PORT_NAME",
     "REPORT_PATH",
     "REPORT_STAMP_ANNOTATION",
@@ -56,6 +59,11 @@ API_VERSION = f"{GROUP}/{VERSION}"
 KIND = "MCPServerInterface"
 PLURAL = "mcpserverinterfaces"
 SHORT_NAME = "mcpi"
+
+#: The cluster-scoped trust policy of signed approvals, and the in-toto predicate an approver signs.
+POLICY_KIND = "MCPApprovalPolicy"
+POLICY_PLURAL = "mcpapprovalpolicies"
+APPROVAL_PREDICATE_TYPE = "https://lockstep.dev/approval/v1"
 
 # ---------------------------------------------------------------- pods
 
