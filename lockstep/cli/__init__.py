@@ -43,6 +43,11 @@ LAZY_COMMANDS = {
     "demo": ("lockstep.cli.demo", "demo_command", (
         "Run the whole loop: pin, verify, rug pull, isolate, diff, approve, back in the Service.")),
     "check": ("lockstep.cli.check", "check_command", "Check the cluster before and after installing Lockstep."),
+    "keys": ("lockstep.cli.signing", "keys_command", "Make approver keys for signed approvals."),
+    "sign": ("lockstep.cli.signing", "sign_command", (
+        "Sign the approved revisions of an MCPServerInterface manifest (adds a signature to a signed one).")),
+    "verify-approval": ("lockstep.cli.signing", "verify_approval_command", (
+        "Check that every approved revision of a manifest is signed as an MCPApprovalPolicy requires (for CI).")),
 }
 
 
