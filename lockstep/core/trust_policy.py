@@ -42,12 +42,15 @@ __all__ = [
     "ApprovalCheck",
     "ApprovalReason",
     "ApproverKey",
+    "BrokenPolicy",
     "PolicyError",
     "PolicyMode",
     "Scope",
+    "TrustDecision",
     "TrustPolicy",
     "VerifiedApprovals",
     "approver_names",
+    "decide_trust",
     "key_of_pem",
     "verify_approved",
 ]
@@ -317,3 +320,71 @@ def _valid_signers(signed: SignedApproval, policy: TrustPolicy, now: datetime.da
 def approver_names(checks: Iterable[ApprovalCheck]) -> dict[str, tuple[str, ...]]:
     """Revision digest -> the names of the keys that signed it validly (for ``lockstep diff``)."""
     return {check.revision: check.signers for check in checks}
+
+
+# ---------------------------------------------------------------- every policy that covers a resource
+
+
+@dataclass(frozen=True)
+class BrokenPolicy:
+    """A policy that does not parse (written while the webhook was off): it covers everything and trusts
+    nothing, until it is fixed."""
+
+    name: str
+    error: str
+
+
+@dataclass(frozen=True)
+class TrustDecision:
+    """Which approved revisions of one resource are trusted, under every policy that covers it."""
+
+    #: Some policy enforces here: revisions outside ``trusted`` are not approved.
+    enforced: bool = False
+    #: Revision digest -> why it is not trusted ("BelowThreshold: 1 of 2 ..."), under Enforce.
+    untrusted: Mapping[str, str] = field(default_factory=dict)
+    #: Under Warn: what would be refused under Enforce.
+    warnings: tuple[str, ...] = ()
+    #: Policy name -> the sequence floor of this resource under it (recorded by the operator).
+    floors: Mapping[str, int] = field(default_factory=dict)
+    #: Trust on first use is refused under Enforce unless a policy's scope allows it.
+    first_seen_allowed: bool = True
+    #: Revision digest -> the keys that signed it validly, under the policies that covered it.
+    signers: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def trusts(self, digest: str) -> bool:
+        return digest not in self.untrusted
+
+
+def decide_trust(entries: Sequence[Any], namespace: str, name: str,
+                 policies: Iterable[TrustPolicy | BrokenPolicy], now: datetime.datetime,
+                 floors: Mapping[str, int] | None = None) -> TrustDecision:
+    """Verify ``spec.approved[]`` of ``namespace/name`` under each policy (``floors`` by policy name)."""
+    floors = dict(floors or {})
+    digests = [str(entry.get("digest")) if isinstance(entry, Mapping) else "?" for entry in entries]
+    untrusted: dict[str, str] = {}
+    warnings: list[str] = []
+    signers: dict[str, tuple[str, ...]] = {}
+    enforced, first_seen = False, True
+    for policy in policies:
+        if isinstance(policy, BrokenPolicy):
+            enforced, first_seen = True, False
+            for digest in digests:
+                untrusted.setdefault(digest, f"PolicyInvalid: MCPApprovalPolicy {policy.name}: {policy.error}")
+            continue
+        verified = verify_approved(entries, namespace, name, policy, now, floors.get(policy.name, 0))
+        if verified.mode is PolicyMode.OFF:
+            continue
+        floors[policy.name] = verified.floor
+        for check in verified.checks:
+            signers[check.revision] = tuple(dict.fromkeys(signers.get(check.revision, ()) + check.signers))
+        if verified.mode is PolicyMode.WARN:
+            warnings += [f"MCPApprovalPolicy {policy.name}: {check.describe()}" for check in verified.refused]
+            continue
+        enforced = True
+        scope = policy.scope_for(namespace, name)
+        first_seen = first_seen and scope is not None and scope.allow_first_seen
+        for check in verified.refused:
+            untrusted.setdefault(check.revision,
+                                 f"{check.reason.value}: {check.detail} (MCPApprovalPolicy {policy.name})"  # type: ignore[union-attr]
+                                 )
+    return TrustDecision(enforced, untrusted, tuple(warnings), floors, first_seen or not enforced, signers)

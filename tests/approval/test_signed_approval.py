@@ -173,3 +173,40 @@ def test_the_statement_is_an_in_toto_statement_bound_to_the_resource() -> None:
                                      "digest": {"sha256": REVISION.aggregate.removeprefix("sha256:")}}]
     assert {item["name"] for item in statement["predicate"]["components"]} == \
         {entry.name for entry in REVISION.digest.components}
+
+
+def test_under_two_policies_a_revision_is_trusted_only_when_every_enforcing_one_trusts_it() -> None:
+    from lockstep.core.trust_policy import decide_trust
+
+    other = TrustPolicy.from_spec("security", {"keys": [{"name": "mallory", "publicKey": pem(MALLORY)}],
+                                               "scopes": [{"namespaces": ["agents"], "mode": "Enforce"}]})
+    signed = [entry(REVISION, ALICE)]
+    assert decide_trust(signed, "agents", "weather", [policy()], NOW).trusts(REVISION.aggregate)
+    both = decide_trust(signed, "agents", "weather", [policy(), other], NOW)
+    assert not both.trusts(REVISION.aggregate) and "MCPApprovalPolicy security" in both.untrusted[REVISION.aggregate]
+    warned = TrustPolicy.from_spec("security", {"keys": [{"name": "mallory", "publicKey": pem(MALLORY)}],
+                                                "scopes": [{"mode": "Warn"}]})
+    decision = decide_trust(signed, "agents", "weather", [policy(), warned], NOW)
+    assert decision.trusts(REVISION.aggregate) and decision.warnings
+
+
+def test_a_broken_policy_trusts_nothing_and_trust_on_first_use_needs_a_scope_that_allows_it() -> None:
+    from lockstep.core.trust_policy import BrokenPolicy, decide_trust
+
+    broken = decide_trust([entry(REVISION, ALICE)], "agents", "weather", [policy(), BrokenPolicy("x", "bad")], NOW)
+    assert not broken.trusts(REVISION.aggregate) and not broken.first_seen_allowed
+    assert not decide_trust([], "agents", "weather", [policy()], NOW).first_seen_allowed
+    allowing = TrustPolicy.from_spec("approvers", {"keys": [{"name": "alice", "publicKey": pem(ALICE)}], "scopes": [
+        {"namespaces": ["agents"], "mode": "Enforce", "allowFirstSeen": True}]})
+    assert decide_trust([], "agents", "weather", [allowing], NOW).first_seen_allowed
+    assert decide_trust([], "elsewhere", "weather", [policy()], NOW).first_seen_allowed  # not covered: Off
+
+
+def test_the_floor_is_kept_per_policy_and_only_grows() -> None:
+    from lockstep.core.trust_policy import decide_trust
+
+    decision = decide_trust([entry(REVISION, ALICE, sequence=5)], "agents", "weather", [policy()], NOW,
+                            {"approvers": 3})
+    assert decision.floors == {"approvers": 5}
+    lower = decide_trust([entry(REVISION, ALICE, sequence=2)], "agents", "weather", [policy()], NOW, decision.floors)
+    assert lower.floors == {"approvers": 5} and lower.untrusted[REVISION.aggregate].startswith("RolledBack")

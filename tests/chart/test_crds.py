@@ -69,7 +69,8 @@ def test_only_kopfs_peering_crds_stay_in_crds(chart: Chart) -> None:
     """Helm installs crds/ once and never upgrades it: only CRDs whose schema never changes may stay."""
     names = {doc["metadata"]["name"] for crd in chart.crds for doc in yaml.safe_load_all(crd["data"]) if doc}
     assert names == {"clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"}
-    assert {path.name for path in CRD_FILES} == {"mcpserverinterfaces.lockstep.dev.yaml", "kopfpeerings.kopf.dev.yaml"}
+    assert {path.name for path in CRD_FILES} == {"mcpserverinterfaces.lockstep.dev.yaml",
+                                                 "mcpapprovalpolicies.lockstep.dev.yaml", "kopfpeerings.kopf.dev.yaml"}
 
 
 def test_peering_crds_keep_status_writable_by_kopf() -> None:
