@@ -8,9 +8,12 @@
        "digests": true,                                  # it takes digest-only reports
        "approved": {"ignore": ["/tools/*/description"],  # only to a sidecar that runs the proxy
                     "components": [{"kind": "tool", "name": "get_forecast", "digest": "sha256:..."}]},
-       "reportTo": "10.244.0.7:8443"}                    # with several replicas: the one that judged
+       "reportTo": "10.244.0.7:8443",                    # with several replicas: the one that judged
+       "staleAfter": 180}                                # seconds a True stands without another one
 
 
+- :class:`VerdictNotice`: the operator's answer to a sidecar's verdict watch (``GET /v1/verdicts``, a long
+  poll): the pod's current verdict and approved components, named by an ``etag`` the next watch waits past.
 - :class:`ApprovedComponents`: that ``approved`` part, every approved component digest and the ignore
   rules: what the sidecar's in-line proxy may let through (its :class:`~lockstep.core.gate.ComponentGate`).
 
@@ -72,6 +75,8 @@ __all__ = [
     "ReplicaAddress",
     "ReportAnswer",
     "SettingsError",
+    "VERDICTS_PATH",
+    "VerdictNotice",
     "SidecarEnv",
     "WireError",
     "replica_host",
@@ -79,6 +84,9 @@ __all__ = [
 
 #: The sidecar's own port (/healthz, /metrics) unless the operator is configured otherwise.
 DEFAULT_SIDECAR_PORT = 9090
+#: The verdict watch on the report endpoint: a proxy sidecar learns of a change of its pod's verdict or approved
+#: components at once, not at its next report (``?since=<etag>``: answered once the answer differs, or after a wait).
+VERDICTS_PATH = "/v1/verdicts"
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
@@ -365,6 +373,10 @@ class ReportAnswer:
     #: this report. The sidecar sends its next report straight there, verifying the same certificate
     #: name as the Service's, and goes back to the Service when that fails (None: through the Service).
     report_to: ReplicaAddress | None = None
+    #: Seconds the verdict stands without another True (the resource's ``spec.probe.staleAfter``): a proxy that
+    #: has had no True answer for this long isolates itself, as the operator marks the pod ReportStale. None:
+    #: an operator that does not say (the sidecar assumes the spec's default for its interval).
+    stale_after: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         body: dict[str, Any] = {"verdict": self.verdict.to_dict(), "digests": self.digests}
@@ -372,6 +384,8 @@ class ReportAnswer:
             body["approved"] = self.approved.to_dict()
         if self.report_to is not None:
             body["reportTo"] = str(self.report_to)
+        if self.stale_after is not None:
+            body["staleAfter"] = self.stale_after
         return body
 
     @classmethod
@@ -385,7 +399,43 @@ class ReportAnswer:
         approved = body.get("approved")
         return cls(AnswerVerdict.from_dict(body.get("verdict")), digests,
                    None if approved is None else ApprovedComponents.from_dict(approved),
-                   _report_to(body.get("reportTo")))
+                   _report_to(body.get("reportTo")), _stale_after(body.get("staleAfter")))
+
+
+def _stale_after(value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise AnswerError(f"staleAfter must be a positive number of seconds, not {value!r:.50}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class VerdictNotice:
+    """The answer to a verdict watch: the pod's verdict as the operator holds it now, and what its proxy may let
+    through (None: none or several resources select the pod, the proxy withholds everything). ``etag`` names
+    this answer; a watch that sends it back is answered when the answer differs."""
+
+    verdict: AnswerVerdict
+    approved: ApprovedComponents | None
+    etag: str
+
+    def to_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"verdict": self.verdict.to_dict(), "etag": self.etag}
+        if self.approved is not None:
+            body["approved"] = self.approved.to_dict()
+        return body
+
+    @classmethod
+    def from_dict(cls, body: Any) -> VerdictNotice:
+        """AnswerError when any part cannot be used (the notice is then ignored whole)."""
+        if not isinstance(body, Mapping):
+            raise AnswerError("the notice must be a JSON object")
+        etag, approved = body.get("etag"), body.get("approved")
+        if not isinstance(etag, str) or not 0 < len(etag) <= 128:
+            raise AnswerError("the notice needs an etag string")
+        return cls(AnswerVerdict.from_dict(body.get("verdict")),
+                   None if approved is None else ApprovedComponents.from_dict(approved), etag)
 
 
 def _report_to(value: Any) -> ReplicaAddress | None:

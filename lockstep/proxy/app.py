@@ -35,11 +35,16 @@ every JSON-RPC error the proxy writes :mod:`lockstep.proxy.jsonrpc`; what is wit
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import errno
 import json
 import logging
+import re
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -53,12 +58,14 @@ from lockstep.proxy import jsonrpc
 from lockstep.proxy.answers import AnswerJudge, Route, UnjudgedError, route
 from lockstep.proxy.exchange import EndpointKey, Exchange, LegacyStream, endpoint_key
 from lockstep.proxy.jsonrpc import BATCH_REFUSAL, HOST_REFUSED_CODE
+from lockstep.proxy.limits import DEFAULT_CONNECTIONS_PER_SOURCE, DEFAULT_HEADER_TIMEOUT, ConnectionGuard
 from lockstep.proxy.listener import HostPolicy, is_loopback
 from lockstep.proxy.metrics import ProxyMetrics
 from lockstep.proxy.policy import CallDecision, Finding, InterfacePolicy, Mode, principal_of
 from lockstep.proxy.sse import EventSplitter, EventTooLargeError, SseEvent, parse_event, replace_data
 
-__all__ = ["DEFAULT_MAX_BODY", "HOST_REFUSED_CODE", "ProxyApp", "ProxyConfigError", "UnjudgedError", "serve_proxy"]
+__all__ = ["DEFAULT_MAX_BODY", "HOST_REFUSED_CODE", "ProxyApp", "ProxyBindError", "ProxyConfigError", "UnjudgedError",
+           "serve_proxy"]
 
 logger = logging.getLogger("lockstep.proxy")
 tracer = trace.get_tracer("lockstep.proxy")
@@ -73,10 +80,56 @@ _RESPONSE_DROPPED = _HOP_BY_HOP | {"content-encoding"}
 MAX_CLIENT_LABELS = 20
 #: Sessions remembered (their client name, or their legacy SSE stream).
 MAX_SESSIONS = 10_000
+#: Seconds a request body may take to arrive once its headers have.
+DEFAULT_BODY_TIMEOUT = 30.0
+#: A body this small is read to answer an isolated request with its id; a larger one is not read at all.
+ISOLATED_READ_LIMIT = 64 * 1024
+#: Seconds a stream has, once the pod is isolated, to end itself (refusals for its pending requests) before its
+#: connection is cut: a client that does not read would otherwise hold it open.
+ISOLATION_GRACE = 1.0
+#: The reason shown to agents: a word of the operator's reason vocabulary (``InterfaceChanged``), never text
+#: the server chose (a verdict message names drift findings by the server's tool names).
+_REASON = re.compile(r"[A-Za-z][A-Za-z0-9]{0,63}")
 
 
 class ProxyConfigError(ValueError):
     """An upstream URL the proxy cannot use."""
+
+
+class ProxyBindError(OSError):
+    """The proxy could not listen on one of the address families the host has: something else holds its
+    port there (the application, answering agents past the proxy)."""
+
+
+class _Isolated(Exception):
+    """The pod was isolated while an answer was being relayed: nothing more of it goes out."""
+
+
+@dataclass(eq=False)
+class _Live:
+    """An upstream answer being relayed: cut when the pod is isolated."""
+
+    request: web.Request
+    upstream: aiohttp.ClientResponse
+    exchange: Exchange
+    response: web.StreamResponse | None = None
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def cut(self) -> None:
+        """Close the upstream side: a relay waiting for the server's next bytes wakes up at once."""
+        self.upstream.close()
+
+    def abort(self) -> None:
+        """Cut the client's connection (what it has not received yet never reaches it)."""
+        transport = self.request.transport
+        if transport is not None:
+            transport.abort()
+
+
+def isolation_reason(reason: str) -> str:
+    """``reason`` as agents are shown it: its first word when that is a plain identifier, else "NotVerified"."""
+    head = reason.split(":", 1)[0].strip()
+    return head if _REASON.fullmatch(head) else "NotVerified"
 
 
 #: The names this module had before the exchange and the judging of answers moved out (the fuzz targets
@@ -91,7 +144,10 @@ class ProxyApp:
     def __init__(self, upstream: str, gate: ComponentGate, mode: Mode = Mode.QUARANTINE, *,
                  on_finding: Callable[[Finding], None] | None = None, metrics: ProxyMetrics | None = None,
                  max_body: int = DEFAULT_MAX_BODY, allowed_hosts: list[str] | None = None,
-                 allowed_origins: list[str] | None = None, upstream_host: str | None = None) -> None:
+                 allowed_origins: list[str] | None = None, upstream_host: str | None = None,
+                 body_timeout: float = DEFAULT_BODY_TIMEOUT,
+                 connections_per_source: int = DEFAULT_CONNECTIONS_PER_SOURCE,
+                 header_timeout: float = DEFAULT_HEADER_TIMEOUT) -> None:
         parts = urlsplit(upstream)
         if parts.scheme not in ("http", "https") or not parts.netloc:
             raise ProxyConfigError(f"--upstream must be an http(s) URL such as http://127.0.0.1:8080/mcp, "
@@ -113,9 +169,55 @@ class ProxyApp:
         self._client_labels: set[str] = set()
         self._session: aiohttp.ClientSession | None = None
         self._legacy: dict[EndpointKey, LegacyStream] = {}
-        #: Enforcement Isolate, once the pod's verdict is not True: why (every request is then refused with
-        #: HTTP 503 and a JSON-RPC error, on every session, open or new); None: requests pass.
-        self.isolated: str | None = None
+        self.body_timeout = body_timeout
+        #: Open connections per source and the first request's header deadline (installed by serve_proxy).
+        self.guard = ConnectionGuard(connections_per_source, header_timeout)
+        #: Enforcement Isolate, once the pod's verdict is not True: why (see :meth:`isolate`); None: requests pass.
+        self._isolated: str | None = None
+        #: Every upstream answer being relayed now (cut at isolation).
+        self._live: set[_Live] = set()
+
+    @property
+    def isolated(self) -> str | None:
+        """Why the pod is isolated (a reason word), or None."""
+        return self._isolated
+
+    @isolated.setter
+    def isolated(self, reason: str | None) -> None:
+        if reason is None:
+            self.release()
+        else:
+            self.isolate(reason)
+
+    def isolate(self, reason: str) -> None:
+        """From now on every request is refused (HTTP 503 and a JSON-RPC error, on every session, open or new),
+        and nothing more of any answer being relayed goes out: each open stream (a GET stream, a POST's event
+        stream, a legacy SSE stream) answers its pending requests with the same refusal and ends; one that has
+        not ended within ISOLATION_GRACE seconds is cut. ``reason`` is shown to agents as one word (see
+        :func:`isolation_reason`)."""
+        was, self._isolated = self._isolated, isolation_reason(reason)
+        if was is not None:
+            return
+        live = list(self._live)
+        for entry in live:
+            entry.cut()
+        if live:
+            with contextlib.suppress(RuntimeError):  # no running loop: nothing can be streaming
+                asyncio.get_running_loop().call_later(ISOLATION_GRACE, self._abort_left, live)
+
+    def release(self) -> None:
+        """Requests pass again (the pod's verdict is True)."""
+        self._isolated = None
+
+    def _abort_left(self, live: list[_Live]) -> None:
+        for entry in live:
+            if entry in self._live:
+                entry.abort()
+
+    @property
+    def relaying(self) -> int:
+        """Upstream answers being relayed now."""
+        return len(self._live)
 
     @property
     def policy(self) -> InterfacePolicy:
@@ -204,6 +306,7 @@ class ProxyApp:
     # ------------------------------------------------------------ requests
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.guard.headers_arrived(request.transport)
         self.metrics.requests.labels(request.method).inc()
         refusal = self.hosts.refusal(request.headers.get("Host"), request.headers.get("Origin"))
         if refusal is not None:
@@ -211,9 +314,14 @@ class ProxyApp:
             logger.warning(json.dumps({"event": "lockstep.refused", "reason": refusal,
                                        "method": request.method, "path": request.path}))
             return _jsonrpc_response(jsonrpc.error(None, HOST_REFUSED_CODE, f"lockstep proxy: {refusal}"), status=403)
-        body = await request.read()
-        if self.isolated is not None:
-            return self._refuse_isolated(request, body)
+        if self._isolated is not None:  # before the body is read: an isolated pod spends nothing on it
+            return await self._refuse_isolated(request)
+        try:
+            body = await _read_body(request, self.body_timeout)
+        except TimeoutError:
+            return _closing(web.Response(status=408, text="lockstep proxy: the request body was too slow\n"))
+        if self._isolated is not None:
+            return self._isolated_response(body)
         exchange, messages = self._exchange(request, body)
         legacy = self._legacy.get(exchange.legacy_endpoint) if exchange.legacy_endpoint else None
         if isinstance(messages, list):
@@ -309,19 +417,36 @@ class ProxyApp:
         except (aiohttp.ClientError, OSError) as error:
             logger.warning("upstream %s unreachable: %s", self.upstream_origin, error)
             return web.Response(status=502, text=f"lockstep proxy: the upstream server is unreachable: {error}\n")
-        async with upstream:
-            self.metrics.upstream_seconds.observe(time.perf_counter() - started)
-            self._remember_client(upstream.headers.get("Mcp-Session-Id"), exchange.client)
-            content_types = upstream.headers.getall("Content-Type", [])
-            relay = route(request.method, upstream.status, content_types, exchange)
-            if relay is Route.EVENTS or relay is Route.EVENTS_NORMALISED:
-                return await self._events(request, upstream, exchange, normalise=relay is Route.EVENTS_NORMALISED)
-            if relay is Route.JSON:
+        live = _Live(request, upstream, exchange)
+        self._live.add(live)
+        try:
+            async with upstream:
+                if self._isolated is not None:  # isolated while the server answered: nothing of it goes out
+                    return self._isolated_response(body)
+                self.metrics.upstream_seconds.observe(time.perf_counter() - started)
+                self._remember_client(upstream.headers.get("Mcp-Session-Id"), exchange.client)
+                return await self._relay(request, body, live)
+        finally:
+            self._live.discard(live)
+            live.ended.set()
+
+    async def _relay(self, request: web.Request, body: bytes, live: _Live) -> web.StreamResponse:
+        upstream, exchange = live.upstream, live.exchange
+        content_types = upstream.headers.getall("Content-Type", [])
+        relay = route(request.method, upstream.status, content_types, exchange)
+        if relay is Route.EVENTS or relay is Route.EVENTS_NORMALISED:
+            return await self._events(request, live, normalise=relay is Route.EVENTS_NORMALISED)
+        if relay is Route.JSON:
+            try:
                 return await self._json(request, upstream, exchange)
-            if relay is Route.REFUSE:
-                joined = ", ".join(content_types).lower()
-                return self._refuse_unjudged(exchange, f"an answer of Content-Type {joined[:60]!r}")
-            return await self._passthrough(request, upstream)
+            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, _Isolated):
+                if self._isolated is None:
+                    raise
+                return self._isolated_response(body)
+        if relay is Route.REFUSE:
+            joined = ", ".join(content_types).lower()
+            return self._refuse_unjudged(exchange, f"an answer of Content-Type {joined[:60]!r}")
+        return await self._passthrough(request, live)
 
     def forwarded(self, method: str, status: int, content_types: list[str], body: bytes,
                   exchange: Exchange) -> tuple[int, list[str], bytes]:
@@ -333,6 +458,8 @@ class ProxyApp:
                     exchange: Exchange) -> web.StreamResponse:
         """The answer parsed, judged and re-serialised: what the client parses is what was judged."""
         body, complete = await _read_limited(upstream, self.max_body)
+        if self._isolated is not None:
+            raise _Isolated()
         if not complete:
             return self._refuse_unjudged(exchange, f"an answer larger than {self.max_body} bytes")
         try:
@@ -348,9 +475,9 @@ class ProxyApp:
         """A JSON answer body as the proxy sends it on (see :meth:`AnswerJudge.normalise_json`)."""
         return self.answers.normalise_json(body, exchange)
 
-    async def _events(self, request: web.Request, upstream: aiohttp.ClientResponse,
-                      exchange: Exchange, normalise: bool = False) -> web.StreamResponse:
-        response = _response_like(upstream)
+    async def _events(self, request: web.Request, live: _Live, normalise: bool = False) -> web.StreamResponse:
+        upstream, exchange = live.upstream, live.exchange
+        response = live.response = _response_like(upstream)
         response.headers["X-Accel-Buffering"] = "no"
         if normalise:  # the proxy read it as an event stream: so will every client
             response.headers.popall("Content-Type", None)
@@ -364,27 +491,47 @@ class ProxyApp:
                     event = parse_event(raw)
                     if event.event == "endpoint" and event.data and legacy is None:
                         legacy, raw = self._legacy_stream(request, event, raw, response, exchange)
-                        await response.write(raw)
+                        await self._send(response, raw)
                         continue
-                    await response.write(self.answers.event(event, exchange))
+                    out = self.answers.event(event, exchange)
+                    await self._send(response, out)
         except (EventTooLargeError, UnjudgedError) as error:
             # The rest of this stream cannot be judged: end it (the client sees a dropped stream).
             logger.warning("closing an event stream from %s: %s", self.upstream_origin, error)
             self.metrics.unjudged.inc()
             return response
+        except _Isolated:
+            pass
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as error:
             logger.info("the upstream stream ended: %s", error)
         finally:
             if legacy is not None:
                 self._legacy.pop(legacy.endpoint, None)
-        with contextlib.suppress(ConnectionError):
+        if self._isolated is not None:
+            return await self._end_isolated(response, exchange)
+        with contextlib.suppress(ConnectionError, _Isolated):
             last, rest = splitter.finish()
             try:
                 for raw in last:
-                    await response.write(self.answers.event(parse_event(raw), exchange))
+                    await self._send(response, self.answers.event(parse_event(raw), exchange))
             except UnjudgedError:
                 return response
-            await response.write(rest)
+            await self._send(response, rest)
+            await response.write_eof()
+        return response
+
+    async def _send(self, response: web.StreamResponse, data: bytes) -> None:
+        """Write relayed bytes, unless the pod is isolated (checked on every event, not once per request)."""
+        if self._isolated is not None:
+            raise _Isolated()
+        await response.write(data)
+
+    async def _end_isolated(self, response: web.StreamResponse, exchange: Exchange) -> web.StreamResponse:
+        """An event stream at isolation: each request still waiting for its answer here (a POST's, or a legacy
+        session's) gets the isolation refusal instead, and the stream ends."""
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            for request_id in list(exchange.methods):
+                await response.write(jsonrpc.event_bytes(jsonrpc.isolated(request_id, self._isolated or "")))
             await response.write_eof()
         return response
 
@@ -405,19 +552,30 @@ class ProxyApp:
         self._legacy[key] = legacy
         return legacy, raw
 
-    async def _passthrough(self, request: web.Request, upstream: aiohttp.ClientResponse,
-                           head: bytes = b"") -> web.StreamResponse:
-        response = _response_like(upstream)
+    async def _passthrough(self, request: web.Request, live: _Live) -> web.StreamResponse:
+        response = live.response = _response_like(live.upstream)
         await response.prepare(request)
-        await response.write(head)
-        async for chunk in upstream.content.iter_any():
-            await response.write(chunk)
-        await response.write_eof()
+        with contextlib.suppress(_Isolated, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
+            async for chunk in live.upstream.content.iter_any():
+                await self._send(response, chunk)
+            await response.write_eof()
         return response
 
-    def _refuse_isolated(self, request: web.Request, body: bytes) -> web.Response:
+    async def _refuse_isolated(self, request: web.Request) -> web.Response:
+        """A request that arrives while the pod is isolated: its body is read only when it is small (to answer
+        with its id), within the body deadline; a larger one is not read, and its connection closes."""
+        length = request.content_length
+        if request.body_exists and (length is None or length > ISOLATED_READ_LIMIT):
+            return _closing(self._isolated_response(b""))
+        try:
+            body = await _read_body(request, self.body_timeout)
+        except TimeoutError:
+            return _closing(self._isolated_response(b""))
+        return self._isolated_response(body)
+
+    def _isolated_response(self, body: bytes) -> web.Response:
         """Every request while the pod is isolated: HTTP 503 with a JSON-RPC error (the request's id when it has
-        one); nothing reaches the server."""
+        one) that names the reason word only; nothing reaches the server."""
         self.metrics.isolated.inc()
         request_id = None
         try:
@@ -426,10 +584,23 @@ class ProxyApp:
             message = None
         if isinstance(message, dict):
             request_id = message.get("id")
-        return _jsonrpc_response(jsonrpc.isolated(request_id, self.isolated or ""), status=503)
+        return _jsonrpc_response(jsonrpc.isolated(request_id, self._isolated or ""), status=503)
 
     def _refuse_unjudged(self, exchange: Exchange, detail: str) -> web.Response:
         return _jsonrpc_response(self.answers.refusal(exchange, detail))
+
+
+async def _read_body(request: web.Request, timeout: float) -> bytes:
+    """The request body (up to the app's limit), within ``timeout`` seconds (TimeoutError)."""
+    if request.content.is_eof():  # all here already: no deadline to arm
+        return await request.read()
+    async with asyncio.timeout(timeout):
+        return await request.read()
+
+
+def _closing(response: web.Response) -> web.Response:
+    response.force_close()  # a body the proxy did not read (whole) must not be taken for the next request
+    return response
 
 
 async def _read_limited(upstream: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
@@ -463,12 +634,72 @@ def _jsonrpc_response(message: Any, status: int = 200) -> web.Response:
 async def serve_proxy(app: ProxyApp, host: str, port: int, *, shutdown_timeout: float = 5.0) -> web.AppRunner:
     """Start serving on ``host:port``; return the runner (``await runner.cleanup()`` to stop).
 
+    A wildcard ``host`` ("0.0.0.0", "::" or "") listens on both address families, on a socket each; if the
+    port cannot be had on a family this host has (the application took it there first), ProxyBindError:
+    agents on that family would reach the application instead.
+
     On stop, open streams (a GET stream, ``subscriptions/listen``) get ``shutdown_timeout``
     seconds before they are cut: clients reconnect, to this proxy or the next one."""
     runner = web.AppRunner(app.web_app(), handle_signals=False, access_log=None, shutdown_timeout=shutdown_timeout)
     await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
+    assert runner.server is not None
+    app.guard.install(runner.server)
+    try:
+        if host in WILDCARDS:
+            for sock in wildcard_sockets(port):
+                await web.SockSite(runner, sock).start()
+        else:
+            await web.TCPSite(runner, host, port).start()
+    except BaseException:
+        await runner.cleanup()
+        raise
     bound = port or int(runner.addresses[0][1])
     app.listening_on(host, bound)
     return runner
+
+
+#: Listen addresses that mean "every address of this pod".
+WILDCARDS = frozenset({"0.0.0.0", "::", ""})
+
+
+def wildcard_sockets(port: int) -> list[socket.socket]:
+    """Listening sockets on ``port`` (0: one free port for both) for every address of each family the host has:
+    ``0.0.0.0`` and ``[::]`` (IPv6 only, so that the two never overlap). A family the kernel lacks is
+    skipped; a port taken on a family it has raises ProxyBindError."""
+    sockets: list[socket.socket] = []
+    try:
+        for family, address in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+            sock = _listening(family, address, port)
+            if sock is not None:
+                sockets.append(sock)
+                port = port or sock.getsockname()[1]
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    if not sockets:
+        raise ProxyBindError(errno.EAFNOSUPPORT, f"no address family to listen on port {port}")
+    return sockets
+
+
+def _listening(family: socket.AddressFamily, address: str, port: int) -> socket.socket | None:
+    try:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as error:
+        if error.errno in (errno.EAFNOSUPPORT, errno.EPROTONOSUPPORT):
+            return None  # the kernel has no such family
+        raise
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind((address, port))
+        sock.listen(1024)
+        sock.setblocking(False)
+    except OSError as error:
+        sock.close()
+        if family == socket.AF_INET6 and error.errno == errno.EADDRNOTAVAIL:
+            return None  # IPv6 is disabled in this pod
+        raise ProxyBindError(error.errno, f"cannot listen on [{address}]:{port}: {error.strerror}; something else "
+                                          f"holds the port there") from None
+    return sock

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +17,8 @@ from lockstep.sidecar.prober import Prober
 from lockstep.sidecar.proxy import WithheldLog
 from lockstep.sidecar.reporter import Delivery, Reporter
 from lockstep.sidecar.settings import SidecarSettings
+from lockstep.sidecar.verdict import VerdictKeeper, default_stale_after
+from lockstep.sidecar.verdict_watch import VerdictWatcher
 
 from lockstep import reader
 from lockstep.core.gate import ComponentGate
@@ -41,8 +44,11 @@ class RunningSidecar:
     health: HealthServer
     metrics: SidecarMetrics
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    #: Enforcement Isolate and Quarantine: the in-line proxy in front of the MCP server.
+    #: Enforcement Isolate and Quarantine: the in-line proxy in front of the MCP server, held to the operator's
+    #: verdict by the keeper, which the reports' answers and the verdict watch feed.
     proxy: ProxyApp | None = None
+    keeper: VerdictKeeper | None = None
+    watcher: VerdictWatcher | None = None
 
     def healthy(self) -> bool:
         return _alive(self.tasks)
@@ -56,25 +62,19 @@ def _alive(tasks: list[asyncio.Task[None]]) -> bool:
 async def running_sidecar(settings: SidecarSettings, *, host: str = "0.0.0.0",
                           on_delivered: Callable[[Delivery], None] | None = None,
                           connect: Callable[..., Any] = reader.connect,
-                          max_report_backoff: float = 30.0) -> AsyncIterator[RunningSidecar]:
-    """Run a sidecar in the current event loop until the block exits."""
+                          max_report_backoff: float = 30.0,
+                          clock: Callable[[], float] = time.monotonic) -> AsyncIterator[RunningSidecar]:
+    """Run a sidecar in the current event loop until the block exits. ``host``: the proxy's and the health
+    server's listen address (a wildcard: both address families, see serve_proxy); ``clock``: the monotonic
+    seconds the staleAfter deadline is kept in."""
     metrics = SidecarMetrics()
     timeout = httpx2.Timeout(REPORT_TIMEOUT)
     withheld = WithheldLog() if settings.proxy_port is not None else None
-    proxy: ProxyApp | None = None
-    isolating = settings.proxy_mode == "isolate"
+    keeper: VerdictKeeper | None = None
 
     def delivered(delivery: Delivery) -> None:
-        if proxy is not None and delivery.approved is not None:
-            proxy.policy.gate = delivery.approved.gate()  # a malformed answer was refused whole: no approved
-        if proxy is not None and isolating and delivery.verdict is not None:
-            # Enforcement Isolate: the operator's verdict on this pod's last report decides, for every session.
-            verdict = delivery.verdict
-            was, proxy.isolated = proxy.isolated, (None if verdict.status == "True"
-                                                   else f"{verdict.reason}: {verdict.message}"[:300])
-            if (was is None) != (proxy.isolated is None):
-                logger.warning("In-line proxy: %s", "every request refused, the pod is isolated (" + verdict.reason
-                               + ")" if proxy.isolated else "requests pass again, the pod is verified")
+        if keeper is not None:
+            keeper.delivered(delivery)
         if on_delivered is not None:
             on_delivered(delivery)
 
@@ -88,19 +88,29 @@ async def running_sidecar(settings: SidecarSettings, *, host: str = "0.0.0.0",
         reporter = Reporter(settings.report_url, settings.token_path, client, metrics,
                             max_backoff=max_report_backoff, on_delivered=delivered, withheld=withheld)
         prober = Prober(settings, reporter.submit, metrics, connect=connect)
+        proxy, watcher = None, None
         if settings.proxy_port is not None:
-            # Empty until the operator answers the first report: everything is withheld (fail closed). In
-            # enforcement Isolate an answer carrying a component not approved is refused whole (block).
-            proxy = ProxyApp(settings.mcp_url, ComponentGate({}, IgnoreRules()),
-                             Mode.BLOCK if isolating else Mode.QUARANTINE, on_finding=found,
-                             metrics=ProxyMetrics(metrics.registry))
+            proxy = _proxy(settings, found, metrics)
+            keeper = VerdictKeeper(proxy, isolating=settings.proxy_mode == "isolate",
+                                   stale_after=default_stale_after(settings.interval), clock=clock)
+            watcher = VerdictWatcher(settings.operator_url, reporter.read_token, client, keeper,
+                                     max_backoff=max_report_backoff)
         tasks: list[asyncio.Task[None]] = []
         health = HealthServer(metrics.registry, lambda: _alive(tasks), host=host, port=settings.port)
-        sidecar = RunningSidecar(prober, reporter, health, metrics, tasks, proxy)
-        await health.start()
+        sidecar = RunningSidecar(prober, reporter, health, metrics, tasks, proxy, keeper, watcher)
+        # The proxy first: a port it cannot have on either family fails the sidecar before anything is served.
         proxy_runner = await serve_proxy(proxy, host, settings.proxy_port) if proxy and settings.proxy_port else None
+        try:
+            await health.start()
+        except BaseException:
+            if proxy_runner is not None:
+                await proxy_runner.cleanup()
+            raise
         tasks += [asyncio.create_task(reporter.run(), name="lockstep-reporter"),
                   asyncio.create_task(prober.run(), name="lockstep-prober")]
+        if keeper is not None and watcher is not None:
+            tasks += [asyncio.create_task(keeper.watch_deadline(), name="lockstep-verdict-deadline"),
+                      asyncio.create_task(watcher.run(), name="lockstep-verdict-watch")]
         try:
             yield sidecar
         finally:
@@ -111,6 +121,15 @@ async def running_sidecar(settings: SidecarSettings, *, host: str = "0.0.0.0",
             if proxy_runner is not None:
                 await proxy_runner.cleanup()
             await sidecar.health.stop()
+
+
+def _proxy(settings: SidecarSettings, found: Callable[[Finding], None], metrics: SidecarMetrics) -> ProxyApp:
+    """The in-line proxy. Its gate is empty until the operator answers the first report: everything is
+    withheld (fail closed). In enforcement Isolate an answer carrying a component not approved is refused
+    whole (block), and every request is refused until the operator's verdict is True (lockstep.sidecar.verdict)."""
+    return ProxyApp(settings.mcp_url, ComponentGate({}, IgnoreRules()),
+                    Mode.BLOCK if settings.proxy_mode == "isolate" else Mode.QUARANTINE, on_finding=found,
+                    metrics=ProxyMetrics(metrics.registry))
 
 
 async def run_sidecar(settings: SidecarSettings, stop: asyncio.Event) -> None:

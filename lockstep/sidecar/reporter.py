@@ -43,7 +43,7 @@ from lockstep.core.refusals import Refusal, SidecarAction, retried_statuses
 from lockstep.core.report import FailureReason, Freshness, Observation, ProxyReport, report_body
 from lockstep.core.wire import AnswerVerdict, ApprovedComponents, ReplicaAddress, ReportAnswer
 
-__all__ = ["Delivery", "Reporter", "next_retry"]
+__all__ = ["Delivery", "Reporter", "TokenUnavailableError", "next_retry", "refusal_reason"]
 
 logger = logging.getLogger("lockstep.sidecar")
 
@@ -72,6 +72,8 @@ class Delivery:
     status: int
     #: The answer to an accepted report (None: refused, or an answer the sidecar cannot use).
     answer: ReportAnswer | None = None
+    #: A refusal's reason (lockstep.core.refusals: ``NotSelected``, ``UnknownPod``...; None: accepted, or none given).
+    refusal: str | None = None
 
     @property
     def verdict(self) -> AnswerVerdict | None:
@@ -218,7 +220,8 @@ class Reporter:
             logger.error("Operator refused the report: %s %s", response.status_code, _one_line(response.text))
             if response.status_code in RETRIED_REJECTIONS:
                 self._put_back(proxy)
-        self.last_delivery = Delivery(observation, response.status_code, answer)
+        self.last_delivery = Delivery(observation, response.status_code, answer,
+                                      None if accepted else refusal_reason(response))
         if self._on_delivered is not None:
             self._on_delivered(self.last_delivery)
         return _retry_after(response) if response.status_code in RETRIED_REJECTIONS else None
@@ -242,6 +245,10 @@ class Reporter:
     def _put_back(self, proxy: ProxyReport | None) -> None:
         if proxy is not None and self._withheld is not None:
             self._withheld.restore(proxy)
+
+    def read_token(self) -> str:
+        """The projected token as it is now (the kubelet rotates it); TokenUnavailableError."""
+        return self._read_token()
 
     def _read_token(self) -> str:
         try:
@@ -279,6 +286,16 @@ def _retry_after(response: httpx2.Response) -> float:
         return min(float(response.headers.get("Retry-After", "0")), 300.0)
     except ValueError:
         return 0.0
+
+
+def refusal_reason(response: httpx2.Response) -> str | None:
+    """The ``reason`` of a refusal's JSON body (the operator's: lockstep.core.refusals), or None."""
+    try:
+        body = response.json()
+    except ValueError:
+        return None
+    reason = body.get("reason") if isinstance(body, dict) else None
+    return reason if isinstance(reason, str) and len(reason) <= 64 else None
 
 
 def _answer(response: httpx2.Response) -> ReportAnswer | None:
