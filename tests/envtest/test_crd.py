@@ -33,10 +33,13 @@ def test_the_api_server_accepts_the_crd_as_shipped(control_plane: ControlPlane, 
 @pytest.mark.parametrize("values", [{}, {"crds": {"keep": False}}], ids=["keep", "no-keep"])
 def test_the_api_server_accepts_the_crd_as_the_chart_renders_it(control_plane: ControlPlane,
                                                                 values: dict[str, Any]) -> None:
-    [crd] = [body for body in render_chart(values) if body["kind"] == "CustomResourceDefinition"]
-    answer = apply(control_plane, crd, dry_run=True)
-    assert answer["metadata"]["labels"] == crd["metadata"]["labels"]
-    assert answer["spec"]["versions"] == crd["spec"]["versions"]
+    crds = [body for body in render_chart(values) if body["kind"] == "CustomResourceDefinition"]
+    assert {crd["metadata"]["name"] for crd in crds} == {"mcpserverinterfaces.lockstep.dev",
+                                                         "mcpapprovalpolicies.lockstep.dev"}
+    for crd in crds:
+        answer = apply(control_plane, crd, dry_run=True)
+        assert answer["metadata"]["labels"] == crd["metadata"]["labels"]
+        assert answer["spec"]["versions"] == crd["spec"]["versions"]
 
 
 def _manifest(**spec: Any) -> dict[str, Any]:

@@ -64,7 +64,8 @@ def _old_crd() -> dict[str, Any]:
 
 
 def _new_crd() -> dict[str, Any]:
-    [crd] = [body for body in render_chart() if body["kind"] == "CustomResourceDefinition"]
+    [crd] = [body for body in render_chart() if body["kind"] == "CustomResourceDefinition"
+             and body["metadata"]["name"] == CRD_NAME]
     return _moved(crd)
 
 
