@@ -65,7 +65,7 @@ def _old_crd() -> dict[str, Any]:
 
 def _new_crd() -> dict[str, Any]:
     [crd] = [body for body in render_chart() if body["kind"] == "CustomResourceDefinition"
-             and body["metadata"]["name"] == CRD_NAME]
+             and body["spec"]["names"]["kind"] == "MCPServerInterface"]
     return _moved(crd)
 
 
