@@ -32,11 +32,14 @@ class Reason(str, enum.Enum):
     #: The pod's spec lets a container reach the sidecar's token (admitted while the webhook was off, or never
     #: through it): it is never verified, whatever it reports.
     POD_OUTSIDE_POLICY = "PodOutsidePolicy"
+    #: The pod serves a revision that spec.approved lists but that no signed approval vouches for under an Enforce
+    #: MCPApprovalPolicy (unsigned, altered, expired, rolled back, too few signatures).
+    APPROVAL_UNTRUSTED = "ApprovalUntrusted"
 
 
 #: Reasons of a pod that serves an interface that is not approved (held out, or in Quarantine served through
 #: the proxy, which withholds what is not approved). Members are str: ``"NotApproved" in DRIFT_REASONS``.
-DRIFT_REASONS = frozenset({Reason.INTERFACE_CHANGED, Reason.NOT_APPROVED})
+DRIFT_REASONS = frozenset({Reason.INTERFACE_CHANGED, Reason.NOT_APPROVED, Reason.APPROVAL_UNTRUSTED})
 
 
 class PodState(str, enum.Enum):
@@ -58,6 +61,7 @@ STATE_OF_REASON: Mapping[Reason, PodState] = {
     Reason.VERIFIED: PodState.VERIFIED,
     Reason.INTERFACE_CHANGED: PodState.DRIFTED,
     Reason.NOT_APPROVED: PodState.DRIFTED,
+    Reason.APPROVAL_UNTRUSTED: PodState.DRIFTED,
     Reason.INTERFACE_INVALID: PodState.INVALID,
     Reason.SERVER_UNREACHABLE: PodState.UNREACHABLE,
     Reason.REPORT_STALE: PodState.STALE,

@@ -75,6 +75,9 @@ class Policy:
     proxy_port: int = DEFAULT_PROXY_PORT
     #: spec.endpoint.port: where the MCP server listens (a number, or a container port's name).
     endpoint_port: int | str = DEFAULT_PORT
+    #: Approved revisions that no signed approval vouches for under an Enforce MCPApprovalPolicy (taken out of
+    #: ``approved`` by lockstep.operator.approval_trust): digest -> why.
+    untrusted: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def strictness(self) -> tuple[int, int]:
@@ -129,7 +132,8 @@ class Policy:
         """What, when it changes, calls for judging every selected pod again (computed once: the policy is
         frozen, and a changed one is a new object)."""
         return (tuple(revision.aggregate for revision in self.approved), self.ignore, self.enforcement,
-                self.approval, self.trusted.aggregate if self.trusted else None, self.stale_after)
+                self.approval, self.trusted.aggregate if self.trusted else None, self.stale_after,
+                tuple(sorted(self.untrusted.items())))
 
 
 #: Reasons the proxy answers for in enforcement Quarantine: drift, which it withholds component by component.
@@ -236,6 +240,11 @@ def _judge(observation: Observation, policy: Policy, *, was_verified: bool, prox
             return Verdict("True", Reason.VERIFIED,
                            f"interface {short_digest(revision.aggregate)} is {how}",
                            PodState.VERIFIED, revision, candidate.aggregate)
+    if revision.aggregate in policy.untrusted:
+        return _enforce(policy, Reason.APPROVAL_UNTRUSTED,
+                        f"interface {short_digest(revision.aggregate)} is approved in spec but not by a trusted signed "
+                        f"approval: {policy.untrusted[revision.aggregate]}"[:MESSAGE_LIMIT], revision,
+                        revision.aggregate)
     if not approved and policy.approval is Approval.FIRST_SEEN:
         return Verdict("True", Reason.VERIFIED,
                        f"interface {short_digest(revision.aggregate)} is trusted on first use",

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kopf
 
@@ -27,8 +27,12 @@ from lockstep.core import FormulaError, IgnoreRuleError, InterfaceError, parse_i
 from lockstep.core.digest import ensure_formula
 from lockstep.core.names import GROUP, PLURAL, VERSION
 from lockstep.core.revision import Revision, RevisionMismatchError
+from lockstep.operator.approval_trust import FIRST_SEEN_REFUSED
 
-__all__ = ["Checked", "check_interface", "register_validation", "selector_problems"]
+if TYPE_CHECKING:
+    from lockstep.operator.approval_trust import ApprovalTrust
+
+__all__ = ["Checked", "check_interface", "check_signatures", "register_validation", "selector_problems"]
 
 logger = logging.getLogger(__name__)
 
@@ -227,10 +231,35 @@ def _listed(values: set[str]) -> str:
     return "[" + ", ".join(sorted(values)) + "]"
 
 
+# --------------------------------------------------------------------------- signed approvals
+
+def check_signatures(body: Mapping[str, Any], trust: ApprovalTrust, checked: Checked) -> None:
+    """The MCPApprovalPolicy objects' verdict on the approved revisions, as admission problems and warnings."""
+    if not trust.active:
+        return
+    metadata = body.get("metadata") or {}
+    namespace, name = str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+    spec = body.get("spec") or {}
+    entries = spec.get("approved") or []
+    decision = trust.decide(namespace, name, entries)
+    checked.warnings += [f"signed approvals: {warning}" for warning in decision.warnings]
+    for index, entry in enumerate(entries):
+        digest = str(entry.get("digest")) if isinstance(entry, Mapping) else "?"
+        if not decision.trusts(digest):
+            checked.problems.append(f"spec.approved[{index}] ({digest}) is not a trusted signed approval: "
+                                    f"{decision.untrusted[digest]}; sign it with `lockstep sign`")
+    if spec.get("approval") == "FirstSeen" and not decision.first_seen_allowed:
+        checked.problems.append(f"spec.{FIRST_SEEN_REFUSED}")
+
+
 # --------------------------------------------------------------------------- kopf
 
-def register_validation(registry: kopf.OperatorRegistry, config: Any = None, *, metrics: Any = None) -> None:
+def register_validation(registry: kopf.OperatorRegistry, config: Any = None, *, metrics: Any = None,
+                        trust: ApprovalTrust | None = None) -> None:
     """Register the MCPServerInterface validating webhook (``/validate-mcpserverinterfaces``) on ``registry``.
+
+    With ``trust`` (the operator's MCPApprovalPolicy objects), approved revisions that an ``Enforce`` scope does
+    not trust are refused, each named with what it lacks; under ``Warn`` the same is a warning.
 
     ``metrics`` (the operator's, optional) counts requests in ``lockstep_webhook_requests_total``
     with ``webhook="validate"`` and ``outcome`` ``allowed`` or ``refused``."""
@@ -238,6 +267,8 @@ def register_validation(registry: kopf.OperatorRegistry, config: Any = None, *, 
     @kopf.on.validate(GROUP, VERSION, PLURAL, id=WEBHOOK_ID, operations=["CREATE", "UPDATE"], registry=registry)
     def validate_interface(body: kopf.Body, warnings: list[str], **_: Any) -> None:
         checked = check_interface(body)
+        if trust is not None and checked.allowed:
+            check_signatures(body, trust, checked)
         warnings.extend(checked.warnings)
         if metrics is not None:
             metrics.webhook_requests.labels("validate", "allowed" if checked.allowed else "refused").inc()
