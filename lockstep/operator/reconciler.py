@@ -57,6 +57,7 @@ from lockstep.operator.state import Key, PodTrack, State
 from lockstep.operator.status import now_iso
 from lockstep.operator.status_writer import StatusWriter
 from lockstep.operator.verdict_events import VerdictEvents
+from lockstep.operator.verdict_watch import VerdictPulses
 
 from lockstep.core.replay import ReportStamp
 from lockstep.core.report import Observation, ProxyReport
@@ -91,6 +92,8 @@ class Reconciler:
         self.status_writer = StatusWriter(config, state, cache, client, self.ownership, self.quarantine,
                                           self.observed_maps, metrics, self.verdict_events)
         self._memo = VerdictMemo()
+        #: Wakes the verdict watches of a pod once it is judged (lockstep.operator.verdict_watch).
+        self.pulses = VerdictPulses()
 
     # ------------------------------------------------------------------ start, and replicas
     async def resync(self) -> None:
@@ -386,6 +389,12 @@ class Reconciler:
         await asyncio.gather(*(self._judge_pod(pod.key) for pod in pods))
 
     async def _judge_pod(self, key: Key) -> Verdict | None:
+        try:
+            return await self._judge_pod_locked(key)
+        finally:
+            self.pulses.changed(key)  # its proxy's watch hears a new verdict or approved set at once
+
+    async def _judge_pod_locked(self, key: Key) -> Verdict | None:
         async with self.state.lock(key):
             pod = self.cache.pod(*key)
             track = self.state.tracks.get(key)

@@ -31,12 +31,13 @@ from lockstep.operator.replicas.relay import RELAYED_FOR_HEADER, RelayFailed, Re
 from lockstep.operator.replicas.ownership import UNKNOWN, Remote
 from lockstep.operator.report_limits import ConnectionLimit, RateLimiter, token_shaped
 from lockstep.operator.skew_watch import SkewWatch
+from lockstep.operator.verdict_watch import VerdictWatch
 
 from lockstep.core.errors import InterfaceError
 from lockstep.core.model import loads_strict
 from lockstep.core.names import REPORT_PATH, TOKEN_AUDIENCE
 from lockstep.core.refusals import Refusal
-from lockstep.core.wire import AnswerVerdict, ReplicaAddress, ReportAnswer
+from lockstep.core.wire import VERDICTS_PATH, AnswerVerdict, ReplicaAddress, ReportAnswer
 from lockstep.core.report import Freshness, Observation, ProxyReport
 
 __all__ = ["AUDIENCE", "Identity", "ReportRejected", "ReportServer", "TokenReviewer"]
@@ -206,13 +207,16 @@ class ReportServer:
                            for outcome in ("accepted", "rejected", "relayed")}
         #: Encoded 202 answers by what they say (an answer without an approved section is a function of its
         #: verdict, digests and reportTo alone: nothing to invalidate); bounded, the oldest go first.
-        self._answers: dict[tuple[AnswerVerdict, bool, str | None], bytes] = {}
+        self._answers: dict[tuple[AnswerVerdict, bool, ReplicaAddress | None, float | None], bytes] = {}
+        #: GET /v1/verdicts: proxy sidecars' long polls (lockstep.operator.verdict_watch).
+        self.verdicts = VerdictWatch(self)
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=self.config.body_limit)
         app.router.add_post(REPORT_PATH, self.handle_report)
+        app.router.add_get(VERDICTS_PATH, self.verdicts.handle)
         app.router.add_get("/readyz", self.handle_ready)
         app.router.add_get("/healthz", self.handle_health)
         return app
@@ -303,7 +307,7 @@ class ReportServer:
         """The 202 of an accepted report: as web.json_response writes it, its body encoded once per answer."""
         if answer.approved is not None:
             return web.json_response(answer.to_dict(), status=202)
-        key = (answer.verdict, answer.digests, answer.report_to)
+        key = (answer.verdict, answer.digests, answer.report_to, answer.stale_after)
         body = self._answers.get(key)
         if body is None:
             body = self._answers[key] = json.dumps(answer.to_dict()).encode()
@@ -392,9 +396,12 @@ class ReportServer:
         # "digests": this operator takes digest-only reports (a sidecar never sends one to an operator that
         # does not say so, e.g. after a rollback: that operator would judge the digests as reported);
         # "approved": the proxy's gate, what it may let through.
+        # "staleAfter": how long the proxy may go on without another True (the shortest of the resources').
         return ReportAnswer(AnswerVerdict(verdict.status, verdict.reason.value, verdict.message), digests=True,
                             approved=self.reconciler.approved_for(pod) if proxy is not None else None,
-                            report_to=self.reconciler.ownership.own_address())
+                            report_to=self.reconciler.ownership.own_address(),
+                            stale_after=min((r.policy.stale_after for r in self.reconciler.selecting(pod)),
+                                            default=None))
 
 
 def _not_serving() -> web.Response:

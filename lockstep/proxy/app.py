@@ -82,6 +82,9 @@ MAX_CLIENT_LABELS = 20
 MAX_SESSIONS = 10_000
 #: Seconds a request body may take to arrive once its headers have.
 DEFAULT_BODY_TIMEOUT = 30.0
+#: Seconds an unread request body (an isolated pod's, a refused Host's) is discarded for before the connection
+#: closes (aiohttp's default is 10): the client gets its answer, and spends little of the proxy's time.
+LINGERING_TIME = 1.0
 #: A body this small is read to answer an isolated request with its id; a larger one is not read at all.
 ISOLATED_READ_LIMIT = 64 * 1024
 #: Seconds a stream has, once the pod is isolated, to end itself (refusals for its pending requests) before its
@@ -313,7 +316,8 @@ class ProxyApp:
             self.metrics.refused_hosts.inc()
             logger.warning(json.dumps({"event": "lockstep.refused", "reason": refusal,
                                        "method": request.method, "path": request.path}))
-            return _jsonrpc_response(jsonrpc.error(None, HOST_REFUSED_CODE, f"lockstep proxy: {refusal}"), status=403)
+            refused = _jsonrpc_response(jsonrpc.error(None, HOST_REFUSED_CODE, f"lockstep proxy: {refusal}"), status=403)
+            return _closing(refused) if request.body_exists else refused
         if self._isolated is not None:  # before the body is read: an isolated pod spends nothing on it
             return await self._refuse_isolated(request)
         try:
@@ -640,7 +644,8 @@ async def serve_proxy(app: ProxyApp, host: str, port: int, *, shutdown_timeout: 
 
     On stop, open streams (a GET stream, ``subscriptions/listen``) get ``shutdown_timeout``
     seconds before they are cut: clients reconnect, to this proxy or the next one."""
-    runner = web.AppRunner(app.web_app(), handle_signals=False, access_log=None, shutdown_timeout=shutdown_timeout)
+    runner = web.AppRunner(app.web_app(), handle_signals=False, access_log=None, shutdown_timeout=shutdown_timeout,
+                           lingering_time=LINGERING_TIME)
     await runner.setup()
     assert runner.server is not None
     app.guard.install(runner.server)
