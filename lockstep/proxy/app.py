@@ -218,6 +218,11 @@ class ProxyApp:
                 entry.abort()
 
     @property
+    def listen_port(self) -> int | None:
+        """The port it serves on (None: not serving)."""
+        return self._listen_port
+
+    @property
     def relaying(self) -> int:
         """Upstream answers being relayed now."""
         return len(self._live)

@@ -92,8 +92,7 @@ class VerdictKeeper:
 
     def check(self) -> None:
         """Isolate once the last True is older than staleAfter."""
-        if self.deadline is not None and self.clock() >= self.deadline:
-            self.deadline = None
+        if self.deadline is not None and self.clock() >= self.deadline and self.proxy.isolated != STALE:
             self._withhold_all()
             self._isolate(STALE)
 
