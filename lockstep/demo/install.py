@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from lockstep.core.names import API_VERSION, KIND, PLURAL
+from lockstep.core.names import API_VERSION, KIND, PLURAL, POLICY_KIND, POLICY_PLURAL
 from lockstep.demo.certificates import Certificates, host_address
 from lockstep.demo.cluster import loopback_operator_config
 from lockstep.demo.control_plane import ControlPlane, ControlPlaneError, free_port
@@ -79,6 +79,7 @@ KINDS: dict[str, tuple[str, str, bool]] = {
     "KopfPeering": ("/apis/kopf.dev/v1", "kopfpeerings", True),
     "CustomResourceDefinition": ("/apis/apiextensions.k8s.io/v1", "customresourcedefinitions", False),
     KIND: (f"/apis/{API_VERSION}", PLURAL, True),
+    POLICY_KIND: (f"/apis/{API_VERSION}", POLICY_PLURAL, False),
 }
 RBAC_KINDS = ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ClusterKopfPeering",
               "KopfPeering")

@@ -18,13 +18,15 @@ from typing import Any
 import kopf
 from aiohttp import web
 
+from lockstep.core.names import POLICY_PLURAL
 from lockstep.core.wire import ReplicaAddress
+from lockstep.operator.approval_trust import ApprovalTrust
 from lockstep.operator.conditions import VerdictNotWritten
 from lockstep.operator.config import OperatorConfig
 from lockstep.operator.crd_check import check_crd
 from lockstep.operator.events import EventPoster
 from lockstep.operator.freshness import OperatorClock
-from lockstep.operator.kube import GROUP, PLURAL, VERSION, api_counts
+from lockstep.operator.kube import GROUP, PLURAL, VERSION, KubeApiError, api_counts
 from lockstep.operator.metrics import Metrics
 from lockstep.operator.outage import ApiOutage, ApiUnavailable, EndlessBackoffs, TrackedKubeClient
 from lockstep.operator.reconciler import Reconciler
@@ -37,6 +39,8 @@ __all__ = ["LockstepOperator"]
 logger = logging.getLogger(__name__)
 #: How long an urgent status write waits for the other cuts of the same moment (a rollout, a re-judging).
 URGENT_COALESCE = 0.1
+#: Seconds between two checks of every signed approval (statements and approver keys expire).
+APPROVAL_RECHECK_INTERVAL = 60.0
 #: A verdict that did not land: kept in Reconciler.unwritten and written again (outage or a failed write).
 NOT_WRITTEN = (ApiUnavailable, VerdictNotWritten)
 
@@ -57,6 +61,8 @@ class LockstepOperator:
         self._client: TrackedKubeClient | None = None
         self.outage = ApiOutage()
         self.clock = OperatorClock()
+        #: The MCPApprovalPolicy objects: which approved revisions may be trusted (lockstep.operator.approval_trust).
+        self.approval_trust = ApprovalTrust()
         self._metrics_runner: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
         #: Rounds of the timers so far, by job (check_stale, flush_status, _retry_writes): the tests wait on
@@ -143,6 +149,13 @@ class LockstepOperator:
                     with contextlib.suppress(*NOT_WRITTEN):
                         await self.reconciler.on_pod(str(event.get("type") or "ADDED"), body)
 
+        @kopf.on.event(GROUP, VERSION, POLICY_PLURAL, registry=registry)
+        async def approval_policy_event(event: kopf.RawEvent, **_: Any) -> None:
+            if self.approval_trust.on_policy(str(event.get("type") or "ADDED"), event["object"]) \
+                    and self.reconciler is not None:
+                with contextlib.suppress(*NOT_WRITTEN):  # written again once the API is back
+                    await self.reconciler.retrust()
+
         @kopf.on.event("", "v1", "services", registry=registry)
         async def service_event(event: kopf.RawEvent, **_: Any) -> None:
             if self.reconciler is not None:  # enforcement Quarantine: Services that bypass the proxy
@@ -154,7 +167,7 @@ class LockstepOperator:
             from lockstep.operator.webhooks import register_webhooks
 
             register_webhooks(registry, self.config, metrics=self.metrics)
-            register_validation(registry, self.config, metrics=self.metrics)
+            register_validation(registry, self.config, metrics=self.metrics, trust=self.approval_trust)
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self, settings: kopf.OperatorSettings) -> None:
@@ -169,8 +182,9 @@ class LockstepOperator:
         self.membership = membership = Membership(client, self.config.peering_name, self.priority, namespace,
                                                   lifetime=self.config.peering_lifetime)
         await membership.refresh()
+        await self._load_approval_policies(client)  # before any resource is judged: no window of unsigned trust
         self.reconciler = reconciler = Reconciler(self.config, client, self.metrics, EventPoster(client),
-                                                  membership, clock=self.clock)
+                                                  membership, clock=self.clock, approval_trust=self.approval_trust)
         await reconciler.resync()
         self.report_server = ReportServer(
             self.config, reconciler, TokenReviewer(client, self.config.token_cache_seconds, outage=self.outage),
@@ -187,6 +201,7 @@ class LockstepOperator:
             asyncio.create_task(_every(self.config.write_retry_interval, self._retry_writes, self.rounds)),
             asyncio.create_task(self._follow_outages(client, reconciler)),
             asyncio.create_task(_freeze_heap_now_and_then()),
+            asyncio.create_task(_every(APPROVAL_RECHECK_INTERVAL, self._recheck_approvals, self.rounds)),
         ]
         if self.config.peering_name:
             self._tasks.append(asyncio.create_task(self._follow_membership(membership, reconciler)))
@@ -209,6 +224,24 @@ class LockstepOperator:
             await self._metrics_runner.cleanup()
         if self._client is not None:
             await self._client.close()
+
+    async def _load_approval_policies(self, client: TrackedKubeClient) -> None:
+        """Every MCPApprovalPolicy, before the first resource is judged (no CRD installed: there are none)."""
+        try:
+            policies = await client.list_all(f"/apis/{GROUP}/{VERSION}/{POLICY_PLURAL}")
+        except KubeApiError as error:
+            if error.status != 404:
+                raise
+            return
+        for body in policies:
+            self.approval_trust.on_policy("ADDED", body)
+
+    async def _recheck_approvals(self) -> None:
+        """Signed statements and approver keys expire: judge the approvals again now and then, and record the
+        sequence floors they raised."""
+        assert self.reconciler is not None and self._client is not None
+        await self.reconciler.retrust()
+        await self.approval_trust.write_floors(self._client)
 
     async def _start_metrics(self) -> None:
         if self.config.metrics_port is None:
