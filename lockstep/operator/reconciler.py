@@ -53,6 +53,7 @@ from lockstep.operator.outage import ApiUnavailable
 from lockstep.operator.quarantine import QuarantineBook
 from lockstep.operator.replicas.ownership import Ownership, Replicas
 from lockstep.operator.restore import memory_from_status, restore_track, small_enough
+from lockstep.operator.approval_trust import ApprovalTrust
 from lockstep.operator.state import Key, PodTrack, State
 from lockstep.operator.status import now_iso
 from lockstep.operator.status_writer import StatusWriter
@@ -71,7 +72,8 @@ logger = logging.getLogger(__name__)
 
 class Reconciler:
     def __init__(self, config: OperatorConfig, client: KubeClient, metrics: Metrics, events: EventPoster,
-                 replicas: Replicas | None = None, clock: OperatorClock | None = None) -> None:
+                 replicas: Replicas | None = None, clock: OperatorClock | None = None,
+                 approval_trust: ApprovalTrust | None = None) -> None:
         self.config = config
         #: The operator's own progress: a pod's silence never includes a pause of the operator.
         self.clock = clock or OperatorClock()
@@ -92,6 +94,8 @@ class Reconciler:
         self.status_writer = StatusWriter(config, state, cache, client, self.ownership, self.quarantine,
                                           self.observed_maps, metrics, self.verdict_events)
         self._memo = VerdictMemo()
+        #: The MCPApprovalPolicy objects, and which approved revisions each resource may trust.
+        self.approval_trust = approval_trust or ApprovalTrust()
         #: Wakes the verdict watches of a pod once it is judged (lockstep.operator.verdict_watch).
         self.pulses = VerdictPulses()
 
@@ -160,6 +164,7 @@ class Reconciler:
         if event_type == "DELETED":
             previous = self.cache.drop_resource(namespace, name)
             self._forget_resource((namespace, name))
+            self.approval_trust.forget((namespace, name))
             self.observed_maps.forget((namespace, name))
             if previous and self.synced.is_set():
                 await self._judge_all(self.cache.selected_pods(namespace, name, previous.policy.selector))
@@ -192,6 +197,18 @@ class Reconciler:
                                    f"revision {short_digest(record.policy.approved[-1].aggregate)} approved: "
                                    f"{len(restored)} pods verified again")
 
+    async def retrust(self) -> None:
+        """Judge again the pods of every resource whose trusted revisions changed: an MCPApprovalPolicy changed, or
+        a signed statement or an approver key expired."""
+        for key, policy in self.approval_trust.rejudged().items():
+            record = self.cache.resource(*key)
+            if record is None or record.policy.judging_key == policy.judging_key:
+                continue
+            record.policy = policy
+            self.state.dirty.add(key)
+            if self.synced.is_set() and self.ownership.owns_resource(key):
+                await self._judge_all(self.cache.selected_pods(*key))
+
     async def leave_shard(self, body: Mapping[str, Any]) -> None:
         """A resource relabelled out of this operator's --watch-label-selector is deleted as far as this
         operator knows: its pods, whose sidecars report here (this release injected them), are no longer
@@ -203,7 +220,8 @@ class Reconciler:
             await self.on_resource("DELETED", body)
 
     def _put_resource(self, body: Mapping[str, Any]) -> tuple[ResourceRecord | None, ResourceRecord]:
-        policy = Policy.from_resource(body)
+        # Only what a signed approval vouches for, where an MCPApprovalPolicy enforces (lockstep.operator.approval_trust).
+        policy = self.approval_trust.judged(Policy.from_resource(body), (body.get("spec") or {}).get("approved") or [])
         key = (policy.namespace, policy.name)
         status = dict(body.get("status") or {})
         resource = self.state.resources.get(key)
