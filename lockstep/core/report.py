@@ -11,6 +11,7 @@ Wire form (JSON)::
      "view": "default",
      "serverExposed": false,                   # the server answers on the pod's IP (absent: not checked)
      "exposedAt": "10.244.0.7:8080",           # where, when it does
+     "exposedSockets": ["tcp 0.0.0.0:9000", "packet"],  # every socket past the proxy (at most 16)
      "bootId": "9f0c…",                        # freshness, stamped on every send (see Freshness)
      "bootTime": "2026-11-22T01:59:58Z",
      "sequence": 17,
@@ -45,6 +46,7 @@ from lockstep.core.errors import FormulaError, InterfaceError, MalformedInterfac
 from lockstep.core.model import DEFAULT_LIMITS, Interface, Limits
 
 __all__ = [
+    "MAX_EXPOSED_SOCKETS",
     "MAX_PROXY_ENTRIES",
     "MAX_VERSION_LENGTH",
     "FailureReason",
@@ -83,15 +85,18 @@ class Observation:
     #: The validated Interface of ``definitions``, whose own digests are ``digest`` (set by from_dict and
     #: of_interface, so that the judge neither parses nor digests them again); None: not known to be.
     interface: Interface | None = field(default=None, compare=False, repr=False)
-    #: The sidecar found the MCP server accepting connections on the pod's own IP at the endpoint port,
-    #: past the in-line proxy (None: not checked, an older sidecar or no pod IP known).
+    #: The sidecar found a socket in the pod, not its own, that peers off the pod can reach past the in-line
+    #: proxy (lockstep.core.socket_tables; None: not checked, an older sidecar or not in a pod).
     server_exposed: bool | None = None
-    #: Where it answered (``ip:port``), when ``server_exposed``.
+    #: The first such socket's address (``ip:port``), when ``server_exposed``.
     exposed_at: str = ""
+    #: Every such socket, described (``tcp6 [::]:8080``, ``packet``; at most MAX_EXPOSED_SOCKETS).
+    exposed_sockets: tuple[str, ...] = ()
 
-    def exposed(self, exposed: bool | None, address: str = "") -> Observation:
+    def exposed(self, exposed: bool | None, address: str = "", sockets: tuple[str, ...] = ()) -> Observation:
         """This observation with the result of the exposure check."""
-        return replace(self, server_exposed=exposed, exposed_at=address if exposed else "")
+        return replace(self, server_exposed=exposed, exposed_at=address if exposed else "",
+                       exposed_sockets=sockets if exposed else ())
 
     @classmethod
     def of_interface(cls, interface: Interface, observed_at: str, *, view: str = DEFAULT_VIEW,
@@ -113,7 +118,7 @@ class Observation:
         """This observation as seen again at ``observed_at`` in ``view`` (dataclasses.replace, without its
         cost per digest-only report): every other field is this one's."""
         return Observation(observed_at, self.digest, self.definitions, self.failure_reason, self.failure_message,
-                           view, self.interface, self.server_exposed, self.exposed_at)
+                           view, self.interface, self.server_exposed, self.exposed_at, self.exposed_sockets)
 
     def to_dict(self, *, with_definitions: bool = True) -> dict[str, Any]:
         """The wire form; ``with_definitions=False``: a digest-only report (no ``definitions`` key)."""
@@ -128,6 +133,8 @@ class Observation:
             body["serverExposed"] = self.server_exposed
             if self.exposed_at:
                 body["exposedAt"] = self.exposed_at
+            if self.exposed_sockets:
+                body["exposedSockets"] = list(self.exposed_sockets)
         return body
 
     @classmethod
@@ -139,7 +146,7 @@ class Observation:
         view = body.get("view", DEFAULT_VIEW)
         if not isinstance(observed_at, str) or not isinstance(view, str):
             raise ReportError("a report needs observedAt and view strings")
-        exposed, address = _exposure(body)
+        exposed, address, sockets = _exposure(body)
         failure = body.get("failure")
         if failure is not None:
             try:
@@ -147,7 +154,7 @@ class Observation:
                 message = str(failure.get("message", ""))
             except (KeyError, ValueError, TypeError, AttributeError):
                 raise ReportError(f"unknown failure {failure!r}") from None
-            return cls.of_failure(reason, message, observed_at, view=view).exposed(exposed, address)
+            return cls.of_failure(reason, message, observed_at, view=view).exposed(exposed, address, sockets)
         entries = body.get("components") or []
         if not isinstance(entries, list):
             raise ReportError("components must be a list of {kind, name, digest}")
@@ -165,20 +172,28 @@ class Observation:
             if recomputed != claimed:
                 raise ReportError("the definitions do not match the reported digests")
         return cls(observed_at, claimed, definitions, view=view, interface=interface, server_exposed=exposed,
-                   exposed_at=address if exposed else "")
+                   exposed_at=address if exposed else "", exposed_sockets=sockets if exposed else ())
 
 
-def _exposure(body: Mapping[str, Any]) -> tuple[bool | None, str]:
-    """``serverExposed`` (a boolean, or absent) and ``exposedAt`` (an address, at most 64 characters)."""
+def _exposure(body: Mapping[str, Any]) -> tuple[bool | None, str, tuple[str, ...]]:
+    """``serverExposed`` (a boolean, or absent), ``exposedAt`` (an address, at most 64 characters) and
+    ``exposedSockets`` (at most MAX_EXPOSED_SOCKETS described sockets)."""
     exposed, address = body.get("serverExposed"), body.get("exposedAt", "")
+    sockets = body.get("exposedSockets", [])
     if exposed is not None and not isinstance(exposed, bool):
         raise ReportError("serverExposed must be true or false")
     if not isinstance(address, str) or len(address) > 64 or not _ADDRESS.match(address):
         raise ReportError("exposedAt must be an address and port")
-    return exposed, address
+    if not isinstance(sockets, list) or len(sockets) > MAX_EXPOSED_SOCKETS or not all(
+            isinstance(socket, str) and len(socket) <= 72 and _SOCKET.match(socket) for socket in sockets):
+        raise ReportError(f"exposedSockets must be at most {MAX_EXPOSED_SOCKETS} sockets such as 'tcp6 [::]:8080'")
+    return exposed, address, tuple(sockets)
 
 
 _ADDRESS = re.compile(r"^(|[0-9a-fA-F.:\[\]]+:[0-9]{1,5})$")
+_SOCKET = re.compile(r"^(tcp|tcp6|udp|udp6|udplite|udplite6|raw|raw6|packet)( [0-9a-fA-F.:\[\]]+:[0-9]{1,5})?$")
+#: The most sockets a report names (the sidecar's lockstep.sidecar.exposure.MAX_LISTED).
+MAX_EXPOSED_SOCKETS = 16
 
 
 class _ClaimedDigests:

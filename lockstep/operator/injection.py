@@ -59,6 +59,7 @@ __all__ = [
     "PROXY_PORT_NAME",
     "READINESS_GATE",
     "SIDECAR_NAME",
+    "SIDECAR_PORT_NAME",
     "TOKEN_AUDIENCE",
     "TOKEN_DIR",
     "TOKEN_VOLUME",
@@ -80,6 +81,7 @@ __all__ = [
 # parse_duration, proxy_port...) lockstep.core.spec's, selector_matches lockstep.core.selection's; all stay
 # importable from here.
 READINESS_GATE = CONDITION_TYPE  # the gate waits for the condition the operator writes
+SIDECAR_PORT_NAME = "lockstep-http"  # the sidecar's /healthz and /metrics
 TOKEN_VOLUME = "lockstep-token"
 HEADERS_VOLUME = "lockstep-headers"
 NO_API_TOKEN_VOLUME = "lockstep-no-api-token"
@@ -190,7 +192,7 @@ def _sidecar_container(spec: Mapping[str, Any], settings: InjectionSettings,
         "args": ["sidecar"],
         "restartPolicy": "Always",
         "env": _sidecar_env(settings, binding, mcp_port, port),
-        "ports": [{"name": "lockstep-http", "containerPort": port, "protocol": "TCP"}],
+        "ports": [{"name": SIDECAR_PORT_NAME, "containerPort": port, "protocol": "TCP"}],
         # Liveness only: a startup or readiness probe that waited for the MCP server would hold the
         # application's containers back (they start after the sidecar has started) and deadlock.
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": port},

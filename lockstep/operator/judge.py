@@ -215,12 +215,16 @@ def judge(observation: Observation, policy: Policy, *, was_verified: bool = Fals
     Quarantine relies on it, and without it isolates the pod as Isolate does."""
     verdict = _judge(observation, policy, was_verified=was_verified, proxied=proxied)
     if verdict.status == "True" and observation.server_exposed and policy.enforcement is not Enforcement.AUDIT:
-        where = observation.exposed_at or "the pod's IP"
-        return Verdict("False", Reason.SERVER_EXPOSED,
-                       f"the MCP server answers on {where}, past the in-line proxy: listen on 127.0.0.1 and point "
-                       f"Services at targetPort lockstep-mcp", PodState.INVALID, verdict.revision, verdict.closest,
-                       verdict.findings)
+        return Verdict("False", Reason.SERVER_EXPOSED, _exposed_message(observation)[:MESSAGE_LIMIT],
+                       PodState.INVALID, verdict.revision, verdict.closest, verdict.findings)
     return verdict
+
+
+def _exposed_message(observation: Observation) -> str:
+    where = ", ".join(observation.exposed_sockets) or observation.exposed_at or "the pod's IP"
+    return (f"a socket of the pod that is not the sidecar's answers peers past the in-line proxy ({where}): the MCP "
+            "server must listen on 127.0.0.1 only, no container may listen on another address or hold raw or "
+            "packet sockets; point Services at targetPort lockstep-mcp")
 
 
 def _judge(observation: Observation, policy: Policy, *, was_verified: bool, proxied: bool) -> Verdict:
@@ -274,7 +278,8 @@ class VerdictMemo:
         if observation.digest is None:
             return judge(observation, policy, was_verified=was_verified, proxied=proxied)
         key = (policy.namespace, policy.name, policy.judging_key, observation.digest.digest,
-               observation.definitions is not None, was_verified, proxied, observation.server_exposed)
+               observation.definitions is not None, was_verified, proxied, observation.server_exposed,
+               observation.exposed_at, observation.exposed_sockets)
         verdict = self._verdicts.get(key)
         if verdict is None:
             verdict = judge(observation, policy, was_verified=was_verified, proxied=proxied)

@@ -1,6 +1,6 @@
 """The in-line proxy, on the operator's side (enforcement Isolate and Quarantine): what the pods' proxies
 withheld (status, Events, metrics), the approved components each proxy may let through (the answer to its
-reports), and the Services that send traffic past the proxy (they target the MCP server's own port).
+reports), and the Services that send traffic past the proxy (any port but the proxy's and the sidecar's own).
 """
 
 from __future__ import annotations
@@ -9,13 +9,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from lockstep.operator.events import resource_ref
+from lockstep.operator.injection import SIDECAR_PORT_NAME
 from lockstep.operator.judge import short_digest
 from lockstep.operator.state import Key, ResourceMemory, State
 from lockstep.operator.status import now_iso
 
 from lockstep.core.names import PROXY_PORT_NAME
 from lockstep.core.report import ProxyReport
-from lockstep.core.spec import DEFAULT_PORT, PROXIED_ENFORCEMENTS
+from lockstep.core.spec import PROXIED_ENFORCEMENTS
 from lockstep.core.wire import ApprovedComponents
 
 if TYPE_CHECKING:
@@ -80,8 +81,8 @@ class QuarantineBook:
         return cached[1]
 
     async def on_service(self, event_type: str, body: Mapping[str, Any]) -> None:
-        """Keep the Services: in enforcement Isolate and Quarantine, one that targets the MCP server's own port
-        (past the proxy) is reported."""
+        """Keep the Services: in enforcement Isolate and Quarantine, one that selects the pods on any other port than
+        the proxy's is reported."""
         metadata = body.get("metadata") or {}
         key = (str(metadata.get("namespace") or ""), str(metadata.get("name") or ""))
         if event_type == "DELETED":
@@ -94,8 +95,8 @@ class QuarantineBook:
                                 if record.key[0] == key[0] and record.policy.enforcement in PROXIED_ENFORCEMENTS)
 
     async def check_bypassing(self, record: ResourceRecord, memory: ResourceMemory) -> None:
-        """In enforcement Isolate and Quarantine: an Event for each Service that newly bypasses the proxy, and
-        the metric."""
+        """In enforcement Isolate and Quarantine: an Event for each Service port that newly bypasses the proxy, and
+        the metric (status lists them: lockstep.operator.status)."""
         policy = record.policy
         if policy.enforcement not in PROXIED_ENFORCEMENTS:
             return
@@ -103,18 +104,20 @@ class QuarantineBook:
         for service in sorted(set(bypassing) - set(memory.bypassing)):
             await self.events.post(resource_ref(policy.namespace, policy.name, policy.uid), "Warning",
                                    "ServiceBypassesProxy",
-                                   f"Service port {service} sends traffic past the proxy: target the port "
-                                   f"{PROXY_PORT_NAME} ({policy.proxy_port}) instead")
+                                   f"Service port {service} selects pods of this interface on another port than the "
+                                   f"in-line proxy's: target the port {PROXY_PORT_NAME} ({policy.proxy_port}) instead")
         memory.bypassing = bypassing
         self.metrics.proxy_bypassing.labels(policy.namespace, policy.name).set(len(bypassing))
 
     def _bypassing(self, record: ResourceRecord) -> list[str]:
-        """Services selecting the resource's pods with a target port that is the MCP server's own (spec.endpoint.port,
-        by number, or by the name of a container port that resolves to it in a selected pod): traffic that reaches
-        the server past the proxy. A Service on any other port (metrics, health) is not a bypass."""
+        """``service:targetPort`` for every port of a Service selecting the resource's pods that is not the in-line
+        proxy's (``lockstep-mcp`` by name, or its number) nor the sidecar's own (``lockstep-http``, its /metrics).
+        Nothing else in a guarded pod may answer peers (ServerExposed), so any other port reaches either the MCP
+        server past the proxy or something that should not be there; there is no exception to ask for."""
         policy = record.policy
+        if policy.enforcement not in PROXIED_ENFORCEMENTS:
+            return []
         pods = self.cache.selected_pods(*record.key)
-        endpoint = str(policy.endpoint_port if policy.endpoint_port is not None else DEFAULT_PORT)
         found = []
         for (namespace, name), (selector, targets) in sorted(self.services.items()):
             if namespace != policy.namespace or not selector:
@@ -122,18 +125,13 @@ class QuarantineBook:
             selected = [pod for pod in pods if all(pod.labels.get(k) == v for k, v in selector.items())]
             if selected:
                 found += [f"{name}:{target}" for target in targets
-                          if target != PROXY_PORT_NAME and _reaches(target, endpoint, selected)]
+                          if not _through_sidecar(target, policy.proxy_port, selected)]
         return found
 
 
-def _reaches(target: str, endpoint: str, pods: list[PodRecord]) -> bool:
-    """Whether a Service's ``target`` port is the MCP server's ``endpoint`` port in one of ``pods`` (both may be
-    a number or a container port's name)."""
-    if target == endpoint:
+def _through_sidecar(target: str, proxy_port: int, pods: list[PodRecord]) -> bool:
+    """Whether a Service's ``target`` port (a number or a container port's name) is the proxy's or, in every one of
+    ``pods``, the sidecar's own port."""
+    if target in (PROXY_PORT_NAME, SIDECAR_PORT_NAME) or target == str(proxy_port):
         return True
-    for pod in pods:
-        resolved = int(target) if target.isdigit() else pod.ports.get(target)
-        wanted = int(endpoint) if endpoint.isdigit() else pod.ports.get(endpoint)
-        if resolved is not None and resolved == wanted:
-            return True
-    return False
+    return target.isdigit() and all(pod.ports.get(SIDECAR_PORT_NAME) == int(target) for pod in pods)

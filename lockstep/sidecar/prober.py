@@ -15,14 +15,15 @@ grace period (one probe interval) while the application starts.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+from lockstep.sidecar.exposure import Exposure, ExposureWatch
 from lockstep.sidecar.listener import loopback_port, sleep_until_listening, wait_until_closed
 from lockstep.sidecar.metrics import SidecarMetrics
 from lockstep.sidecar.settings import SidecarSettings
@@ -44,13 +45,12 @@ MIN_PROBE_GAP = 0.1  # seconds between the starts of two probes woken by list_ch
 #: the probe interval or FLOOD_BACKOFF_MAX), which bounds its CPU whatever the server sends.
 FLOOD_LIMIT = 100
 FLOOD_BACKOFF_MAX = 60.0
-#: Seconds the exposure check waits for the MCP server on the pod's IP (a refusal is at once).
-EXPOSURE_TIMEOUT = 0.5
 
 
 class Prober:
     def __init__(self, settings: SidecarSettings, submit: Callable[[Observation], None],
-                 metrics: SidecarMetrics, *, connect: Callable[..., Any] = reader.connect) -> None:
+                 metrics: SidecarMetrics, *, connect: Callable[..., Any] = reader.connect,
+                 proc: Path = Path("/proc")) -> None:
         self._settings, self._submit, self._metrics, self._connect = settings, submit, metrics, connect
         self._list_changed = asyncio.Event()
         self._started = time.monotonic()
@@ -60,9 +60,26 @@ class Prober:
         self._flooded = asyncio.Event()
         self._window: tuple[float, int] = (0.0, 0)  # start of the current second, notifications in it
         self._flood_backoff = 1.0
+        #: In a pod (its IP known): the socket tables, checked on their own timer; a change is reported at once.
+        self.exposure = ExposureWatch(self._exposure_changed, proc=proc) if settings.pod_ip else None
 
     async def run(self) -> None:
-        """Probe until cancelled; never raises."""
+        """Probe (and, in a pod, watch the socket tables) until cancelled; never raises."""
+        if self.exposure is None:
+            await self._probe_loop()
+            return
+        watch = asyncio.create_task(self.exposure.run(), name="lockstep-exposure")
+        try:
+            await self._probe_loop()
+        finally:
+            watch.cancel()
+
+    def _exposure_changed(self, exposure: Exposure) -> None:
+        """Report the last observation again with the new finding (before the first probe, it waits for it)."""
+        if self.last_observation is not None:
+            self._report(_with_exposure(self.last_observation, exposure))
+
+    async def _probe_loop(self) -> None:
         retry = MIN_RETRY
         while True:
             opened = time.monotonic()
@@ -132,25 +149,11 @@ class Prober:
         self._metrics.probes.labels("ok").inc()
         self._metrics.last_success.set(time.time())
         observation = Observation.of_interface(result.interface, _now())
-        if self._settings.pod_ip:
-            observation = observation.exposed(*await self.exposure())
         if observation.digest is not None:
             self._metrics.observe_interface(observation.digest)
         self._last_failure = None
         self._report(observation)
         logger.info("Probe (%s): %s", trigger, observation.digest.digest if observation.digest else "?")
-
-    async def exposure(self) -> tuple[bool, str]:
-        """Whether the MCP server accepts a TCP connection on the pod's own IP at its port (past the in-line
-        proxy, which listens on its own port), and that address. Refused, unreachable or too slow: not exposed."""
-        port = loopback_port(self._settings.mcp_url) or 0
-        address = (f"[{self._settings.pod_ip}]:{port}" if ":" in self._settings.pod_ip
-                   else f"{self._settings.pod_ip}:{port}")
-        exposed = await server_answers(self._settings.pod_ip, port)
-        if exposed:
-            logger.warning("The MCP server answers on %s, past the in-line proxy: it must listen on 127.0.0.1 "
-                           "only (Services target the port lockstep-mcp)", address)
-        return exposed, address
 
     async def _wait(self, live: Any) -> str:
         """Wait for the next probe; returns what woke us: ``timer``, ``list_changed``, ``dropped``,
@@ -205,22 +208,15 @@ class Prober:
         self._report(Observation.of_failure(reason, message, _now()))
 
     def _report(self, observation: Observation) -> None:
+        """Every observation carries the socket tables' latest finding (a failure too: it is judged the same)."""
+        if self.exposure is not None:
+            observation = _with_exposure(observation, self.exposure.current)
         self.last_observation = observation
         self._submit(observation)
 
 
-async def server_answers(host: str, port: int, timeout: float = EXPOSURE_TIMEOUT) -> bool:
-    """True when ``host:port`` accepts a TCP connection within ``timeout`` (then closed at once)."""
-    if not host or not port:
-        return False
-    try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
-    except (OSError, TimeoutError):
-        return False
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return True
+def _with_exposure(observation: Observation, exposure: Exposure) -> Observation:
+    return observation.exposed(exposure.exposed, exposure.address, exposure.sockets)
 
 
 def _failure_reason(error: reader.ReaderError) -> FailureReason:

@@ -1,6 +1,6 @@
 """Issue 28: a server that answers on the pod's IP is judged ServerExposed in Isolate and Quarantine (never in
-Audit, never for a report without the field); Services count as bypassing the proxy only when they target
-the MCP server's own port, by number or by a container port's name."""
+Audit, never for a report without the field); every Service port that selects the pods on another port than the
+proxy's (lockstep-mcp, or its number) counts as bypassing the proxy."""
 
 from __future__ import annotations
 
@@ -85,7 +85,11 @@ def _bypassing(enforcement: str, targets: tuple[str, ...], endpoint: Any = 8080)
     return check._bypassing(ResourceRecord(policy))
 
 
-def test_only_services_that_target_the_server_port_are_bypassing() -> None:
-    assert _bypassing("Isolate", ("8080", "mcp", "lockstep-mcp", "8090", "metrics", "9100")) == ["s0:8080", "s1:mcp"]
-    assert _bypassing("Quarantine", ("mcp", "metrics")) == ["s0:mcp"]
+def test_every_service_port_but_the_proxys_is_bypassing() -> None:
+    """Security review 2 (S6-4): a Service on any other port than lockstep-mcp (by name, or the proxy's number)
+    reaches something in the pod that the proxy does not stand in front of."""
+    assert _bypassing("Isolate", ("8080", "mcp", "lockstep-mcp", "8090", "metrics", "9100")) == [
+        "s0:8080", "s1:mcp", "s4:metrics", "s5:9100"]
+    assert _bypassing("Quarantine", ("mcp", "metrics")) == ["s0:mcp", "s1:metrics"]
     assert _bypassing("Isolate", ("8080", "mcp"), endpoint="mcp") == ["s0:8080", "s1:mcp"]
+    assert _bypassing("Audit", ("8080", "metrics")) == []
