@@ -237,6 +237,7 @@ class ReportServer:
         logger.info("Report endpoint listening on port %s.", self.port)
 
     async def stop(self) -> None:
+        self.verdicts.close()
         if self._runner is not None:
             await self._runner.cleanup()
         if self.relay is not None:

@@ -67,6 +67,10 @@ class VerdictPulses:
             event = self._events[key] = asyncio.Event()
         return event
 
+    def wake_all(self) -> None:
+        for key in list(self._events):
+            self.changed(key)
+
     def discard(self, key: Key) -> None:
         """Nobody waits on ``key`` any more."""
         self._events.pop(key, None)
@@ -84,6 +88,12 @@ class VerdictWatch:
         self._open: dict[Key, int] = {}
         self._requests = RateLimiter(WATCH_RATE, WATCH_BURST)
         self._etags: dict[int, tuple[ApprovedComponents, str]] = {}
+        self.closed = False
+
+    def close(self) -> None:
+        """The operator stops: every watch is answered now (503, to go to another replica), not at its wait's end."""
+        self.closed = True
+        self.pulses.wake_all()
 
     @property
     def pulses(self) -> VerdictPulses:
@@ -93,7 +103,7 @@ class VerdictWatch:
         from lockstep.operator.reports import ReportRejected, _not_serving
 
         server = self.server
-        if not server.serving():
+        if not server.serving() or self.closed:
             return _not_serving()
         try:
             identity = await self._identify(request)
@@ -105,6 +115,8 @@ class VerdictWatch:
                 return _not_serving()
             with self._slot(pod.key):
                 notice = await self._wait(identity, request.query.get("since"))
+            if self.closed:
+                return _not_serving()
         except ReportRejected as rejection:
             return server._rejected(rejection)
         except ApiUnavailable:
@@ -175,7 +187,7 @@ class VerdictWatch:
             pulse = self.pulses.event(pod.key)
             notice = self._notice(pod)
             remaining = deadline - loop.time()
-            if (notice is not None and notice.etag != since) or remaining <= 0:
+            if (notice is not None and notice.etag != since) or remaining <= 0 or self.closed:
                 return notice
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(remaining):
