@@ -237,11 +237,10 @@ class LockstepOperator:
             self.approval_trust.on_policy("ADDED", body)
 
     async def _recheck_approvals(self) -> None:
-        """Signed statements and approver keys expire: judge the approvals again now and then, and record the
-        sequence floors they raised."""
-        assert self.reconciler is not None and self._client is not None
+        """Signed statements and approver keys expire: judge the approvals again now and then (the floors they
+        raise are written with the next status flush)."""
+        assert self.reconciler is not None
         await self.reconciler.retrust()
-        await self.approval_trust.write_floors(self._client)
 
     async def _start_metrics(self) -> None:
         if self.config.metrics_port is None:
@@ -272,6 +271,7 @@ class LockstepOperator:
             reconciler.state.status_urgent.clear()
             try:
                 await reconciler.flush_status()
+                await self.approval_trust.write_floors(reconciler.client)  # nothing to write: no request
             except ApiUnavailable:
                 pass  # logged once per outage (lockstep.operator.outage)
             except Exception:  # the loop must survive one failed round
