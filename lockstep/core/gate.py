@@ -61,15 +61,23 @@ class Verdict:
     def ref(self) -> str:
         return f"{self.kind.value}/{self.key}"
 
-    def describe(self) -> str:
-        """One line for an error message or a log."""
+    @property
+    def short_digest(self) -> str:
+        """The digest cut to ``sha256:`` and 12 hex digits ("?" when the definition could not be digested)."""
+        return self.digest[:19] if self.digest else "?"
+
+    def describe(self, index: int | None = None) -> str:
+        """One line for an error a client gets: the kind, the place in its list (``index``), the digest and
+        why. Never the key or other text the server chose: agents hand tool errors to their model, and a
+        name is as much the server's words as a description (logs and findings carry :attr:`ref`)."""
+        where = self.kind.value if index is None or index < 0 else f"{self.kind.value} #{index}"
         if self.reason is GateReason.CHANGED:
-            return f"{self.ref} differs from its approved definition ({self.digest})"
+            return f"{where} ({self.short_digest}) differs from its approved definition"
         if self.reason is GateReason.UNAPPROVED:
-            return f"{self.ref} is not in any approved revision"
+            return f"{where} ({self.short_digest}) is not in any approved revision"
         if self.reason is GateReason.INVALID:
-            return f"{self.ref} is not a valid component: {self.detail}"
-        return f"{self.ref} is approved ({self.digest})"
+            return f"{where} is not a valid component"
+        return f"{where} ({self.short_digest}) is approved"
 
 
 class ComponentGate:

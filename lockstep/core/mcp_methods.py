@@ -4,7 +4,9 @@
 * the opening of a session (2025: ``initialize``) or of a connection (2026: ``server/discover``), whose
   result carries the ``instructions``;
 * a list method per component kind (``tools/list``...), announced by a server capability;
-* a call method per kind a client uses by name (``tools/call``...), and the parameter that names it.
+* a call method per kind a client uses by name (``tools/call``...), and the parameter that names it;
+* the requests a server sends a client (2025: JSON-RPC requests; 2026-07-28: embedded in a result's
+  ``inputRequests``), of which ``sampling/createMessage`` carries tool definitions for the client's model.
 """
 
 from __future__ import annotations
@@ -13,7 +15,18 @@ from dataclasses import dataclass
 
 from lockstep.core.model import ComponentKind
 
-__all__ = ["CALL_METHODS", "INTERFACE_METHODS", "LIST_METHODS", "LIST_METHOD_OF", "OPENING_METHODS", "ListMethod"]
+__all__ = [
+    "CALL_METHODS",
+    "ELICITATION_METHOD",
+    "INPUT_REQUESTS_KEY",
+    "INTERFACE_METHODS",
+    "LIST_METHODS",
+    "LIST_METHOD_OF",
+    "OPENING_METHODS",
+    "PROMPT_GET_METHOD",
+    "SAMPLING_METHOD",
+    "ListMethod",
+]
 
 
 @dataclass(frozen=True)
@@ -55,3 +68,11 @@ CALL_METHODS: dict[str, tuple[ComponentKind, str]] = {
     "prompts/get": (ComponentKind.PROMPT, "name"),
     "resources/read": (ComponentKind.RESOURCE, "uri"),
 }
+#: The method whose result holds a prompt's messages and its description (the same field prompts/list pins).
+PROMPT_GET_METHOD = "prompts/get"
+#: Server-to-client requests: sampling (whose ``params.tools`` are tool definitions for the client's model,
+#: 2025-11-25+) and elicitation.
+SAMPLING_METHOD = "sampling/createMessage"
+ELICITATION_METHOD = "elicitation/create"
+#: The result key of a 2026-07-28 ``InputRequiredResult``: server-to-client requests by a key of the server's.
+INPUT_REQUESTS_KEY = "inputRequests"

@@ -17,6 +17,7 @@ from typing import Any
 
 from lockstep.proxy import jsonrpc
 from lockstep.proxy.exchange import Exchange
+from lockstep.proxy.messages import MessageClass, classify
 from lockstep.proxy.metrics import ProxyMetrics
 from lockstep.proxy.policy import InterfacePolicy
 from lockstep.proxy.sse import EventSplitter, EventTooLargeError, SseEvent, parse_event, replace_data
@@ -106,8 +107,7 @@ class AnswerJudge:
         dropped). Where an answer may bear interface, a key given twice is refused: parsers disagree on
         which one wins (elsewhere the re-serialised message has the one the proxy judged)."""
         text = body.decode("utf-8", "replace")
-        if text.startswith("\ufeff"):
-            text = text[1:]
+        text = text.removeprefix("\ufeff")
         message = self._parse(text, exchange)
         if isinstance(message, list):
             judged: Any = [self._judged(item, exchange) for item in message]
@@ -119,7 +119,7 @@ class AnswerJudge:
         try:
             return json.loads(text, object_pairs_hook=jsonrpc.unique_keys if exchange.strict else None)
         except jsonrpc.DuplicateKeyError as duplicate:
-            raise UnjudgedError(f"an answer with the key {duplicate} twice") from None
+            raise UnjudgedError(_duplicate(duplicate)) from None
         except RecursionError:
             raise UnjudgedError("an answer nested too deep to parse") from None
         except ValueError:
@@ -153,10 +153,10 @@ class AnswerJudge:
             message = json.loads(text, object_pairs_hook=jsonrpc.unique_keys if exchange.strict else None)
         except jsonrpc.DuplicateKeyError as duplicate:
             message = json.loads(text)
-            if isinstance(message, list) or (isinstance(message, dict) and "result" in message):
+            if isinstance(message, list) or classify(message) in (MessageClass.RESPONSE, MessageClass.AMBIGUOUS):
                 request_id = message.get("id") if isinstance(message, dict) else None
-                return json.dumps(self.unjudged(request_id, f"an answer with the key {duplicate} twice"))
-            return None  # a request or notification: not interface
+                return json.dumps(self.unjudged(request_id, _duplicate(duplicate)))
+            # A server request or notification: judged as every parser reads it (the last key wins).
         if isinstance(message, list):  # no SDK takes a batch in an event; judged all the same
             judged = [self._judged(item, exchange) for item in message]
             changed = any(new is not old for new, old in zip(judged, message, strict=True))
@@ -168,7 +168,10 @@ class AnswerJudge:
         if not isinstance(message, dict):
             return None
         method = exchange.method_of(message)
-        return self.policy.filter_response(message, method, exchange.principal, exchange.client)
+        replacement = self.policy.filter_response(message, method, exchange.principal, exchange.client)
+        if replacement is not None and classify(message) is MessageClass.AMBIGUOUS:
+            self.metrics.unjudged.inc()
+        return replacement
 
     def refusal(self, exchange: Exchange, detail: str) -> dict[str, Any]:
         """The error that answers an exchange whose answer cannot be judged (counted)."""
@@ -178,3 +181,14 @@ class AnswerJudge:
         """The error that answers what the proxy cannot check (counted)."""
         self.metrics.unjudged.inc()
         return jsonrpc.unjudged(request_id, detail)
+
+
+#: Keys a refusal may name when one is given twice: the protocol's own, never one the server made up.
+_PROTOCOL_KEYS = frozenset({"jsonrpc", "id", "method", "params", "result", "error", "instructions", "tools",
+                            "prompts", "resources", "resourceTemplates", "description", "name", "inputRequests"})
+
+
+def _duplicate(error: jsonrpc.DuplicateKeyError) -> str:
+    """What a refusal says of a key given twice: the key only when it is one of the protocol's."""
+    key = error.key
+    return f"an answer with the key {key!r} twice" if key in _PROTOCOL_KEYS else "an answer with a key given twice"

@@ -81,6 +81,10 @@ def dumps(message: Any) -> bytes:
 class DuplicateKeyError(ValueError):
     """A JSON object with a key given twice (the key's repr is the message)."""
 
+    def __init__(self, key: str) -> None:
+        super().__init__(repr(key))
+        self.key = key
+
 
 def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """``object_pairs_hook`` that refuses a key given twice: parsers disagree on which one wins."""
@@ -88,5 +92,5 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     if len(result) != len(pairs):
         seen: set[str] = set()
         duplicate = next(key for key, _ in pairs if key in seen or seen.add(key))  # type: ignore[func-returns-value]
-        raise DuplicateKeyError(repr(duplicate))
+        raise DuplicateKeyError(duplicate)
     return result

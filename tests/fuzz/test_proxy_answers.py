@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from lockstep_testing.fuzz_targets import (
     ANSWER_CONTENT_TYPES,
     ANSWER_EXCHANGES,
+    SMUGGLING_ENVELOPES,
     _answer_app,
     check_forwarded_answer,
 )
@@ -42,7 +43,15 @@ RESULTS = st.one_of(
     st.fixed_dictionaries({"content": st.just([{"type": "text", "text": "ok"}])}),
 )
 IDS = st.sampled_from([1, 2, "1", "other", None, 1.0])
-MESSAGES = st.builds(lambda request_id, result: {"jsonrpc": "2.0", "id": request_id, "result": result}, IDS, RESULTS)
+#: Every message class (issue 32): a result alone or in an envelope some client takes as the response, a
+#: sampling request whose tools go to the client's model.
+MESSAGES = st.one_of(
+    st.builds(lambda request_id, result, envelope: {"jsonrpc": "2.0", "id": request_id, "result": result, **envelope},
+              IDS, RESULTS, st.sampled_from([{}, *SMUGGLING_ENVELOPES])),
+    st.builds(lambda request_id, tools: {"jsonrpc": "2.0", "id": request_id, "method": "sampling/createMessage",
+                                         "params": {"messages": [], "maxTokens": 1, "tools": tools}},
+              IDS, st.lists(TOOLS, max_size=3)),
+)
 
 
 def _event(message: Any, event_type: str, end: bytes) -> bytes:
@@ -76,6 +85,10 @@ CONTENT_TYPES = st.one_of(st.sampled_from(ANSWER_CONTENT_TYPES),
        status=st.sampled_from([200, 201, 202, 400, 404]))
 @example(body=json.dumps([{"jsonrpc": "2.0", "id": 1, "result": {"tools": [
     {"name": "name", "inputSchema": {}, "description": POISON}]}}]).encode(),
+    content_types=["application/json"], exchange=("POST", {1: "tools/list"}), status=200)
+# S6-1: the Python SDK takes this as the tools/list response.
+@example(body=json.dumps({"jsonrpc": "2.0", "id": 1, "method": None, "result": {"tools": [
+    {"name": "name", "inputSchema": {}, "description": POISON}]}}).encode(),
     content_types=["application/json"], exchange=("POST", {1: "tools/list"}), status=200)
 def test_what_the_proxy_forwards_carries_only_approved_components(
         body: bytes, content_types: list[str], exchange: tuple[str, dict[Any, str]], status: int) -> None:
@@ -160,7 +173,7 @@ def test_the_real_proxy_forwards_only_approved_components_over_http() -> None:
             for rules in ("ts-1.17", "ts-current", "python"):
                 messages = accepted_messages(rules, response.status_code, sent, response.content,  # type: ignore[arg-type]
                                              has_requests=bool(methods), method=method)
-                assert unapproved_components(messages, gate) == [], (rules, status, content_types, body[:300],
+                assert unapproved_components(messages, gate, rules) == [], (rules, status, content_types, body[:300],
                                                                      response.content[:300])
 
         forwarded()

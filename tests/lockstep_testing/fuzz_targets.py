@@ -138,8 +138,37 @@ def proxy_policy(value: Any) -> None:
         if (method == "initialize" or "capabilities" in result) and isinstance(instructions, str) \
                 and not gate.check(ComponentKind.INSTRUCTIONS, instructions).approved:
             raise Crash("quarantine let unapproved instructions through")
+    from lockstep_testing.lenient_wire import unapproved_components
+
+    for message in _message_classes(value):  # what some client takes from each: only approved components
+        for method in ("tools/list", "tools/call", None):
+            out = _expect((), lambda m=message, k=method: policy.filter_response(m, k, "p", "c"), "filter_response")
+            sent = message if out is None else out
+            if unapproved := unapproved_components([sent], gate):
+                raise Crash(f"quarantine let {unapproved} through in {str(message)[:200]} -> {str(sent)[:200]}")
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": value}
     _expect((), lambda: policy.decide_call(call, "p", "c"), "decide_call")
+
+
+#: Keys beside a ``result`` that make the Python SDK's union take it as the response while the message also
+#: looks like a request (S6-1), and an ``error`` beside it.
+SMUGGLING_ENVELOPES: list[dict[str, Any]] = [{"method": None}, {"method": 5}, {"method": "tools/list", "params": 5},
+                                             {"method": "x", "params": []}, {"error": {"code": 1, "message": "m"}}]
+
+
+def _sampling(tools: Any, request_id: Any = "s-1") -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": "sampling/createMessage",
+            "params": {"messages": [], "maxTokens": 1, "tools": tools}}
+
+
+def _message_classes(value: Any) -> list[dict[str, Any]]:
+    """Messages of every class around ``value``: a result in each smuggling envelope, a sampling request whose
+    tools are ``value``, and a 2026-07-28 result whose ``inputRequests`` embed that request."""
+    message = {"jsonrpc": "2.0", "id": 1, "result": value}
+    embedded = {"resultType": "input_required", "inputRequests": {"a": {
+        key: item for key, item in _sampling(value).items() if key in ("method", "params")}}}
+    return [*({**message, **envelope} for envelope in SMUGGLING_ENVELOPES), _sampling(value),
+            {"jsonrpc": "2.0", "id": 1, "result": embedded}]
 
 
 #: Content-Type values of an answer (each list: the headers in order), as servers and attackers send them.
@@ -177,19 +206,23 @@ def check_forwarded_answer(app: Any, gate: Any, method: str, methods: dict[Any, 
     for rules in ("ts-1.17", "ts-current", "python"):
         messages = accepted_messages(rules, sent_status, sent_types, sent_body, has_requests=bool(methods),
                                      method=method)
-        if unapproved := unapproved_components(messages, gate):
+        if unapproved := unapproved_components(messages, gate, rules):  # type: ignore[arg-type]
             raise Crash(f"{rules} accepts {unapproved} from {method} {status} {content_types}: {body[:300]!r} "
                         f"-> {sent_body[:300]!r}")
 
 
 def _renderings(value: Any) -> list[bytes]:
-    """Bodies built around a JSON value: a response carrying it, alone, in a batch, as events of two types."""
+    """Bodies built around a JSON value: a response carrying it, alone, in a batch, as events of two types; in
+    a smuggling envelope (JSON), as embedded sampling tools (JSON), and every message class as events."""
     message = {"jsonrpc": "2.0", "id": 1, "result": value}
     other = {"jsonrpc": "2.0", "id": "other", "result": value}
     text = json.dumps(message, allow_nan=True).encode()
+    classes = _message_classes(value)
     return [text, json.dumps([other, message]).encode(), json.dumps(value).encode(),
             b"event: message\ndata: " + text + b"\n\n", b"id: 1\r\ndata: " + json.dumps(other).encode() + b"\r\n\r\n",
-            b"event: other\ndata: " + text + b"\n\n"]
+            b"event: other\ndata: " + text + b"\n\n",
+            json.dumps(classes[0], allow_nan=True).encode(), json.dumps(classes[-1], allow_nan=True).encode(),
+            b"".join(b"data: " + json.dumps(each, allow_nan=True).encode() + b"\n\n" for each in classes)]
 
 
 def proxy_answer(value: Any) -> None:

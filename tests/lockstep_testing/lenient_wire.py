@@ -6,7 +6,10 @@ Two halves:
   into JSON-RPC messages, each rule commented with the SDK code it mirrors. :func:`accepted_messages`
   says what one client would hand to its session for one answer; :func:`unapproved_components` says
   which components in those messages a gate does not approve. A client hands a response to whichever
-  pending request has its id, so every response message counts, whatever its id.
+  pending request has its id, so every response message counts, whatever its id; which objects are
+  responses is the Python SDK's own union (:func:`python_sdk_class`: a ``"method": null`` beside a
+  ``result`` is one) joined with the plain rule (a ``result`` and no ``method``), and the tools of a
+  sampling request count as given to the client's model.
 
 * **Hostile servers**, one per class of issue 17 item 1, 2 and 3: :class:`BaitServer` answers a
   ``tools/call`` (or a ``tools/list``) with a poisoned ``tools/list`` result in a batch array, in an
@@ -39,6 +42,9 @@ __all__ = [
     "ClientRules",
     "TsLegacySse",
     "accepted_messages",
+    "python_sdk_class",
+    "result_taken",
+    "sampling_tools_taken",
     "unapproved_components",
 ]
 
@@ -174,22 +180,87 @@ def _or_nothing(parse: Any) -> list[Any]:
         return []
 
 
-def unapproved_components(messages: Iterable[Any], gate: Any) -> list[str]:
-    """Components in response messages (any id) that ``gate`` does not approve, as ``kind/key``."""
+def python_sdk_class(message: Any) -> str | None:
+    """What the Python SDK makes of one decoded message: the name of the member of its union
+    ``JSONRPCRequest | JSONRPCNotification | JSONRPCResponse | JSONRPCError`` that validates it (pydantic's
+    smart union; every member ignores keys it does not know), or None when none does. The SDK's own
+    adapter, not a re-implementation: ``{"id": 1, "result": {...}, "method": null}`` is a JSONRPCResponse."""
+    from mcp_types import jsonrpc_message_adapter
+
+    try:
+        return type(jsonrpc_message_adapter.validate_json(json.dumps(message), by_name=False)).__name__
+    except (ValueError, RecursionError):  # pydantic's ValidationError is a ValueError
+        return None
+
+
+def result_taken(message: Any, rules: ClientRules | None = None) -> dict[str, Any] | None:
+    """The ``result`` a client built on ``rules`` (None: any client) hands to a pending request, or None.
+
+    Any object with a ``result`` object and no ``method``, whatever its id or ``jsonrpc`` (the proxy does not
+    bet on how strictly a client checks the envelope; the TypeScript SDK's strict schemas take a subset of
+    these); for the Python SDK also whatever its union takes as a JSONRPCResponse, which includes a
+    ``method`` that is not a string and a request whose params are not an object."""
+    result = message.get("result") if isinstance(message, dict) else None
+    if not isinstance(result, dict):
+        return None
+    if "method" not in message or (rules in (None, "python") and python_sdk_class(message) == "JSONRPCResponse"):
+        return result
+    return None
+
+
+#: The keys the TypeScript SDK's strict JSONRPCRequestSchema allows.
+_TS_REQUEST_KEYS = frozenset({"jsonrpc", "id", "method", "params"})
+
+
+def sampling_tools_taken(message: Any, rules: ClientRules | None = None) -> list[Any]:
+    """Tool definitions a client built on ``rules`` (None: any) gives its model from a
+    ``sampling/createMessage`` request: the Python SDK dispatches what its union takes as a JSONRPCRequest,
+    the TypeScript SDK a request with no key its strict schema does not know."""
+    if not isinstance(message, dict) or message.get("method") != "sampling/createMessage":
+        return []
+    params = message.get("params")
+    tools = params.get("tools") if isinstance(params, dict) else None
+    if not isinstance(tools, list) or "id" not in message:
+        return []
+    python = rules in (None, "python") and python_sdk_class(message) == "JSONRPCRequest"
+    typescript = rules != "python" and set(message) <= _TS_REQUEST_KEYS
+    return tools if python or typescript else []
+
+
+def _input_request_tools(result: dict[str, Any]) -> list[Any]:
+    """Tool definitions in the sampling requests a 2026-07-28 result embeds in ``inputRequests``."""
+    requests = result.get("inputRequests")
+    tools: list[Any] = []
+    for request in requests.values() if isinstance(requests, dict) else []:
+        params = request.get("params") if isinstance(request, dict) else None
+        if isinstance(request, dict) and request.get("method") == "sampling/createMessage" \
+                and isinstance(params, dict) and isinstance(params.get("tools"), list):
+            tools += params["tools"]
+    return tools
+
+
+def unapproved_components(messages: Iterable[Any], gate: Any, rules: ClientRules | None = None) -> list[str]:
+    """Components in the messages a client built on ``rules`` (None: any client) takes (a response with any
+    id, a sampling request) that ``gate`` does not approve, as ``kind/key``."""
     from lockstep.core.model import ComponentKind
 
     kinds = {"tools": ComponentKind.TOOL, "prompts": ComponentKind.PROMPT, "resources": ComponentKind.RESOURCE,
              "resourceTemplates": ComponentKind.RESOURCE_TEMPLATE}
-    found = []
+    found: list[str] = []
+
+    def judge(kind: Any, items: list[Any]) -> None:
+        found.extend(verdict.ref for verdict in (gate.check(kind, item) for item in items) if not verdict.approved)
+
     for message in messages:
-        result = message.get("result") if isinstance(message, dict) else None
-        if not isinstance(result, dict) or "method" in message:
+        judge(ComponentKind.TOOL, sampling_tools_taken(message, rules))
+        result = result_taken(message, rules)
+        if result is None:
             continue
         for list_key, kind in kinds.items():
             items = result.get(list_key)
             if isinstance(items, list):
-                found += [verdict.ref for verdict in map(lambda item, k=kind: gate.check(k, item), items)
-                          if not verdict.approved]
+                judge(kind, items)
+        judge(ComponentKind.TOOL, _input_request_tools(result))
         instructions = result.get("instructions")
         # Instructions reach a client only in an initialize (or server/discover) result, whose schema in
         # both SDKs requires "capabilities": elsewhere the field is an unknown one of another result.

@@ -109,7 +109,8 @@ async def test_block_refuses_the_whole_response() -> None:
     server, error, proxy = await rug_pulled("block")
     assert server.tool_calls == []
     assert getattr(error, "code", None) == REFUSED_CODE, error
-    assert "tools/list refused" in str(error) and "tool/tool_2" in str(error)
+    assert "tools/list refused: tool #2 (sha256:" in str(error) and "differs from its approved" in str(error)
+    assert "tool_2" not in str(error) and "exfiltrate" not in str(error)  # never a name the server chose
     assert {f.action for f in proxy.findings} == {"blocked"}
 
 
