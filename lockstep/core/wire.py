@@ -46,10 +46,10 @@ from lockstep.core.names import (
     ENV_MCP_URL,
     ENV_OPERATOR_CA,
     ENV_OPERATOR_URL,
+    ENV_POD_IP,
     ENV_PROBE_CLIENT_CAPABILITIES,
     ENV_PROBE_INTERVAL,
     ENV_PROBE_TIMEOUT,
-    ENV_POD_IP,
     ENV_PROXY_MODE,
     ENV_PROXY_PORT,
     ENV_SIDECAR_PORT,
@@ -68,6 +68,7 @@ from lockstep.core.spec import (
 
 __all__ = [
     "DEFAULT_SIDECAR_PORT",
+    "VERDICTS_PATH",
     "AddressError",
     "AnswerError",
     "AnswerVerdict",
@@ -75,9 +76,8 @@ __all__ = [
     "ReplicaAddress",
     "ReportAnswer",
     "SettingsError",
-    "VERDICTS_PATH",
-    "VerdictNotice",
     "SidecarEnv",
+    "VerdictNotice",
     "WireError",
     "replica_host",
 ]

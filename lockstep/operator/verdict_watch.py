@@ -25,14 +25,14 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from aiohttp import web
+
+from lockstep.core.refusals import Refusal
+from lockstep.core.wire import AnswerVerdict, ApprovedComponents, VerdictNotice
 from lockstep.operator.cache import PodRecord
 from lockstep.operator.outage import ApiUnavailable
 from lockstep.operator.replicas.ownership import UNKNOWN, Remote
 from lockstep.operator.report_limits import RateLimiter, token_shaped
 from lockstep.operator.state import Key
-
-from lockstep.core.refusals import Refusal
-from lockstep.core.wire import AnswerVerdict, ApprovedComponents, VerdictNotice
 
 if TYPE_CHECKING:
     from lockstep.operator.reports import Identity, ReportServer

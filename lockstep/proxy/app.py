@@ -44,7 +44,7 @@ import re
 import socket
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
@@ -116,7 +116,6 @@ class _Live:
     upstream: aiohttp.ClientResponse
     exchange: Exchange
     response: web.StreamResponse | None = None
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
 
     def cut(self) -> None:
         """Close the upstream side: a relay waiting for the server's next bytes wakes up at once."""
@@ -437,7 +436,6 @@ class ProxyApp:
                 return await self._relay(request, body, live)
         finally:
             self._live.discard(live)
-            live.ended.set()
 
     async def _relay(self, request: web.Request, body: bytes, live: _Live) -> web.StreamResponse:
         upstream, exchange = live.upstream, live.exchange

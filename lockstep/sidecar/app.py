@@ -11,6 +11,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2
+
+from lockstep import reader
+from lockstep.core.gate import ComponentGate
+from lockstep.core.ignore import IgnoreRules
+from lockstep.proxy.app import ProxyApp, serve_proxy
+from lockstep.proxy.metrics import ProxyMetrics
+from lockstep.proxy.policy import Finding, Mode
 from lockstep.sidecar.health import HealthServer
 from lockstep.sidecar.metrics import SidecarMetrics
 from lockstep.sidecar.prober import Prober
@@ -19,13 +26,6 @@ from lockstep.sidecar.reporter import Delivery, Reporter
 from lockstep.sidecar.settings import SidecarSettings
 from lockstep.sidecar.verdict import VerdictKeeper, default_stale_after
 from lockstep.sidecar.verdict_watch import VerdictWatcher
-
-from lockstep import reader
-from lockstep.core.gate import ComponentGate
-from lockstep.core.ignore import IgnoreRules
-from lockstep.proxy.app import ProxyApp, serve_proxy
-from lockstep.proxy.metrics import ProxyMetrics
-from lockstep.proxy.policy import Finding, Mode
 
 __all__ = ["RunningSidecar", "run_sidecar", "running_sidecar"]
 

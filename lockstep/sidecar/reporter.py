@@ -33,15 +33,15 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx2
-from lockstep import __version__
-from lockstep.sidecar.metrics import SidecarMetrics
-from lockstep.sidecar.proxy import WithheldLog
 
+from lockstep import __version__
 from lockstep.core.digest import InterfaceDigest
 from lockstep.core.names import REPORT_PATH
 from lockstep.core.refusals import Refusal, SidecarAction, retried_statuses
 from lockstep.core.report import FailureReason, Freshness, Observation, ProxyReport, report_body
 from lockstep.core.wire import AnswerVerdict, ApprovedComponents, ReplicaAddress, ReportAnswer
+from lockstep.sidecar.metrics import SidecarMetrics
+from lockstep.sidecar.proxy import WithheldLog
 
 __all__ = ["Delivery", "Reporter", "TokenUnavailableError", "next_retry", "refusal_reason"]
 

@@ -23,14 +23,13 @@ import logging
 import time
 from collections.abc import Callable
 
-from lockstep.sidecar.reporter import Delivery
-
 from lockstep.core.gate import ComponentGate
-from lockstep.core.refusals import Refusal
 from lockstep.core.ignore import IgnoreRules
+from lockstep.core.refusals import Refusal
 from lockstep.core.spec import DEFAULT_STALE_AFTER, STALE_INTERVALS
 from lockstep.core.wire import AnswerVerdict, ApprovedComponents, ReportAnswer, VerdictNotice
 from lockstep.proxy.app import ProxyApp
+from lockstep.sidecar.reporter import Delivery
 
 __all__ = ["ISOLATING_REFUSALS", "ISOLATING_STATUSES", "STALE_CHECK_INTERVAL", "VerdictKeeper", "default_stale_after"]
 

@@ -19,10 +19,10 @@ from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import httpx2
-from lockstep.sidecar.reporter import TokenUnavailableError, refusal_reason
-from lockstep.sidecar.verdict import ISOLATING_REFUSALS, VerdictKeeper
 
 from lockstep.core.wire import VERDICTS_PATH, AddressError, AnswerError, ReplicaAddress, VerdictNotice
+from lockstep.sidecar.reporter import TokenUnavailableError, refusal_reason
+from lockstep.sidecar.verdict import ISOLATING_REFUSALS, VerdictKeeper
 
 __all__ = ["WATCH_READ_TIMEOUT", "VerdictWatcher"]
 

@@ -7,10 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from lockstep.sidecar.app import RunningSidecar, running_sidecar
-from lockstep.sidecar.settings import SidecarSettings
-from lockstep.sidecar.verdict import VerdictKeeper
-from lockstep.demo.control_plane import free_port
 from lockstep_testing.loopback import Certificates, McpServerHandle, OperatorStandIn, sidecar_env
 from lockstep_testing.mcp_servers import MutableServer, make_tools
 from lockstep_testing.polling import eventually
@@ -21,7 +17,11 @@ from lockstep.core import digest_interface
 from lockstep.core.gate import ComponentGate
 from lockstep.core.ignore import IgnoreRules
 from lockstep.core.wire import AnswerError, AnswerVerdict, ApprovedComponents, ReportAnswer
+from lockstep.demo.control_plane import free_port
 from lockstep.proxy.app import ProxyApp
+from lockstep.sidecar.app import RunningSidecar, running_sidecar
+from lockstep.sidecar.settings import SidecarSettings
+from lockstep.sidecar.verdict import VerdictKeeper
 
 
 class Clock:
