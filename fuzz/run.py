@@ -36,10 +36,13 @@ KEYS = ["tools", "prompts", "resources", "resourceTemplates", "instructions", "n
         "projected", "sources", "serviceAccountToken", "audience", "hostNetwork", "shareProcessNamespace",
         "observedAt", "failure", "reason", "bootId", "bootTime", "sequence", "sentAt", "view", "image",
         "targetContainerName", "lockstep.dev/interface", "lockstep.dev/inject", "ignore", "endpoint", "port",
-        "withheld", "dropped", "component", "action", "client", "count", "result", "capabilities"]
+        "withheld", "dropped", "component", "action", "client", "count", "result", "capabilities",
+        # Message classes (issue 32): what makes a response also a request, server requests, embedded ones.
+        "method", "params", "error", "id", "jsonrpc", "inputRequests", "resultType", "messages", "systemPrompt"]
 STRINGS = ["lockstep-sidecar", "lockstep-token", "lockstep.dev", "lockstep/v1", "MCPServerInterface",
            "lockstep.dev/v1alpha1", "tool", "Isolate", "Audit", "Manual", "FirstSeen", "disabled", "enabled",
-           "sha256:" + "a" * 64, "2026-11-22T02:00:00Z", "0" * 32, ""]
+           "sha256:" + "a" * 64, "2026-11-22T02:00:00Z", "0" * 32, "", "sampling/createMessage", "tools/list",
+           "input_required", "2.0"]
 
 
 def structured(data: atheris.FuzzedDataProvider, depth: int = 0) -> object:

@@ -241,11 +241,16 @@ class InterfacePolicy:
             return self._malformed(message, method or "", principal, client, f"the result has no {expected!r} list")
         judged = list(self._judge(result, method))
         view = self._view(principal) if judged else None
+        served: dict[tuple[ComponentKind, str], _Judged] = {}
         for entry in judged:
             if entry.path[0] in _LIST_KINDS and len(entry.path) == 1:
                 assert view is not None
                 view.remember(entry.verdict)
-                self._memory.serve(entry.verdict, result[entry.path[0]][entry.index])
+                key = (entry.verdict.kind, entry.verdict.key)
+                if key not in served or served[key].verdict.approved:  # a key twice: the worse definition counts
+                    served[key] = entry
+        for entry in served.values():
+            self._memory.serve(entry.verdict, result[entry.path[0]][entry.index])
         refused = [entry for entry in judged if not entry.verdict.approved]
         if not refused:
             return None

@@ -112,7 +112,9 @@ def _pod_typed(value: Any) -> bool:
 
 def proxy_policy(value: Any) -> None:
     """The proxy's judgement of any answer: it never raises, and in quarantine what it lets through holds
-    only approved components (the value is tried as the result of a tools/list and of an unknown method)."""
+    only approved components (the value is tried as the result of a tools/list and of an unknown method,
+    and in every message class: smuggling envelopes, sampling tools, embedded input requests, each read by
+    the Python SDK's own union)."""
     from lockstep.core.gate import ComponentGate
     from lockstep.core.model import ComponentKind
     from lockstep.core.revision import Revision

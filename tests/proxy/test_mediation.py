@@ -312,6 +312,9 @@ def test_a_call_to_a_changed_tool_is_refused_for_every_caller(mode: str) -> None
     assert not forwarded(policy, "Bearer one") and not forwarded(policy, "Bearer never-listed")
     policy.filter_response(response(1, {"tools": [CLEAN_TOOL]}), "tools/list", principal_of("Bearer two"), "a")
     assert forwarded(policy, "Bearer two")  # the server serves the approved definition again
+    twice = response(1, {"tools": [POISONED_TOOL, CLEAN_TOOL]})  # the clean copy after the changed one
+    policy.filter_response(twice, "tools/list", principal_of("Bearer three"), "a")
+    assert not forwarded(policy, "Bearer two")
 
 
 def test_the_probes_observation_decides_calls_before_any_list() -> None:
