@@ -35,6 +35,12 @@ class Reason(str, enum.Enum):
     #: The pod serves a revision that spec.approved lists but that no signed approval vouches for under an Enforce
     #: MCPApprovalPolicy (unsigned, altered, expired, rolled back, too few signatures).
     APPROVAL_UNTRUSTED = "ApprovalUntrusted"
+    #: Isolate and Quarantine: the pod's sidecar runs no in-line proxy (it was admitted while no proxied interface
+    #: selected it): agents would reach the MCP server with nothing in between. Re-create the pod.
+    PROXY_MISSING = "ProxyMissing"
+    #: Isolate and Quarantine: the pod's sidecar was admitted for another interface, endpoint port, proxy port or
+    #: proxy mode than the interface that selects it now. Re-create the pod.
+    BINDING_MISMATCH = "BindingMismatch"
 
 
 #: Reasons of a pod that serves an interface that is not approved (held out, or in Quarantine served through
@@ -70,6 +76,8 @@ STATE_OF_REASON: Mapping[Reason, PodState] = {
     Reason.QUARANTINED: PodState.QUARANTINED,
     Reason.SERVER_EXPOSED: PodState.INVALID,  # a deployment that lets agents past the proxy
     Reason.POD_OUTSIDE_POLICY: PodState.INVALID,  # a pod spec that could hand the sidecar's token to another container
+    Reason.PROXY_MISSING: PodState.INVALID,  # a proxied enforcement with nothing in line
+    Reason.BINDING_MISMATCH: PodState.INVALID,  # a sidecar planned for another interface than the one selecting it
 }
 
 

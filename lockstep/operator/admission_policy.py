@@ -12,6 +12,14 @@ report (docs/threat-model.md):
 * ``hostNetwork`` (the sidecar would probe whatever listens on the node's loopback);
 * on UPDATE: a changed sidecar (a pod's image is mutable), and ephemeral containers that mount the
   token or target the sidecar;
+* raw networking (:func:`raw_network_violations`): a container that keeps NET_RAW, or may gain privileges (a
+  file capability through exec), can read the agents' packets on the pod's interface and forge the MCP
+  server's answer past the in-line proxy (security review 2, S6-10); the webhook adds the drop and
+  ``allowPrivilegeEscalation: false`` where they are absent (lockstep.operator.injection.hardening_ops);
+* Lockstep's markers on a pod it does not inject (:func:`lockstep_markers`): an opted-out pod may not carry
+  the readiness gate ``lockstep.dev/interface-verified``, a container named ``lockstep-sidecar`` or a
+  ``lockstep.dev`` token (it would gate itself on a counterfeit's reports, S6-9), and an injected pod may not
+  opt out later; the operator never verifies an opted-out pod (:func:`pod_violations`);
 * anything the Pod Security Standards' ``baseline`` profile forbids (:func:`baseline_violations`): host
   namespaces, ``hostPath`` volumes, privileged containers, added capabilities beyond the baseline list,
   ``hostPort``, ``procMount: Unmasked``, Windows host processes, unconfined seccomp or AppArmor, custom
@@ -32,20 +40,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from lockstep.operator.injection import (
+    CONTAINER_KINDS,
     INJECT_LABEL,
     PROXY_PORT_NAME,
+    READINESS_GATE,
     SIDECAR_NAME,
     TOKEN_AUDIENCE,
     TOKEN_VOLUME,
+    drops_raw_network,
 )
 
 from lockstep.core.enforcement import strictness as rank
 from lockstep.core.selection import is_stricter
 
-__all__ = ["BASELINE_CAPABILITIES", "AdmissionPolicy", "as_injected", "baseline_violations", "opted_out",
-           "pod_violations", "strictness", "update_violations", "violations", "weaker_than"]
-
-CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
+__all__ = ["BASELINE_CAPABILITIES", "AdmissionPolicy", "as_injected", "baseline_violations", "lockstep_markers",
+           "opted_out", "pod_violations", "raw_network_violations", "strictness", "update_violations", "violations",
+           "weaker_than"]
 
 #: What every refusal of the baseline rules starts with (after the field).
 BASELINE = "Lockstep enforces Pod Security baseline on pods it guards"
@@ -92,17 +102,64 @@ def violations(pod: Mapping[str, Any], *, planned_sidecar: Mapping[str, Any] | N
                         "token through /proc; Lockstep refuses it")
     problems += _container_problems(spec, planned_sidecar)
     problems += _token_problems(spec, planned_token_volume)
+    problems += raw_network_violations(pod)
     problems += baseline_violations(pod)
     return problems
 
 
 def pod_violations(pod: Mapping[str, Any]) -> list[str]:
-    """Why a live pod (as stored) cannot be trusted to hold the sidecar's token alone; empty when it can.
+    """Why a live pod (as stored) cannot be trusted to hold the sidecar's token alone, or is not Lockstep's to
+    verify; empty when it can be verified.
 
     The same rules as admission, without the comparison to what Lockstep would inject today (a live
     pod's sidecar was planned with the settings of its admission): for the operator, which never judges
-    such a pod verified, whatever admitted it (a webhook that was off, or set to Ignore)."""
-    return violations(pod, planned_sidecar=None, planned_token_volume=None)
+    such a pod verified, whatever admitted it (a webhook that was off, or set to Ignore). A pod that opted
+    out is never verified either, whatever it carries."""
+    problems = violations(pod, planned_sidecar=None, planned_token_volume=None)
+    if opted_out(pod):
+        problems.insert(0, f"metadata.labels[{INJECT_LABEL}]: the pod opted out of Lockstep, which never verifies "
+                           "it")
+    return problems
+
+
+#: Why every container of a guarded pod drops NET_RAW and may not gain privileges.
+RAW_NETWORK = ("Lockstep requires capabilities.drop to contain NET_RAW (or ALL) and allowPrivilegeEscalation: false "
+               "in every container of a pod it guards (with NET_RAW, or a capability gained through exec, a "
+               "container can read the agents' packets and forge the MCP server's answer past the in-line proxy)")
+
+
+def raw_network_violations(pod: Mapping[str, Any]) -> list[str]:
+    """The containers (init, regular, ephemeral) of ``pod`` that keep NET_RAW or may gain privileges."""
+    problems = []
+    for kind, index, container in _containers(pod.get("spec") or {}):
+        security = container.get("securityContext") or {}
+        missing = ([] if drops_raw_network(security) else ["capabilities.drop lacks NET_RAW"]) + (
+            [] if security.get("allowPrivilegeEscalation") is False else ["allowPrivilegeEscalation is not false"])
+        if missing:
+            problems.append(f"spec.{kind}[{index}].securityContext ({', '.join(missing)}): {RAW_NETWORK}")
+    return problems
+
+
+def lockstep_markers(pod: Mapping[str, Any]) -> list[str]:
+    """What only a pod Lockstep injects may carry, found in ``pod``: the readiness gate, a container named like
+    the sidecar, the token volume or any projected token for audience lockstep.dev."""
+    spec = pod.get("spec") or {}
+    found = []
+    if any(gate.get("conditionType") == READINESS_GATE for gate in spec.get("readinessGates") or []):
+        found.append(f"spec.readinessGates: {READINESS_GATE} is Lockstep's readiness gate")
+    found += [f"spec.{kind}[{index}].name: {SIDECAR_NAME} is the name of the sidecar Lockstep injects"
+              for kind, index, container in _containers(spec) if container.get("name") == SIDECAR_NAME]
+    for index, volume in enumerate(spec.get("volumes") or []):
+        if volume.get("name") == TOKEN_VOLUME or TOKEN_AUDIENCE in _audiences(volume):
+            found.append(f"spec.volumes[{index}] ({volume.get('name')}): a token for audience {TOKEN_AUDIENCE} is "
+                         "for the sidecar Lockstep injects")
+    return found
+
+
+def _audiences(volume: Mapping[str, Any]) -> list[Any]:
+    return [source["serviceAccountToken"].get("audience")
+            for source in (volume.get("projected") or {}).get("sources") or []
+            if isinstance(source, Mapping) and isinstance(source.get("serviceAccountToken"), Mapping)]
 
 
 def _refuse(where: str, rule: str) -> str:
@@ -210,9 +267,7 @@ def _container_problems(spec: Mapping[str, Any], planned: Mapping[str, Any] | No
 def _token_problems(spec: Mapping[str, Any], planned: Mapping[str, Any] | None) -> list[str]:
     problems = []
     for index, volume in enumerate(spec.get("volumes") or []):
-        audiences = [source["serviceAccountToken"].get("audience")
-                     for source in (volume.get("projected") or {}).get("sources") or []
-                     if isinstance(source, Mapping) and isinstance(source.get("serviceAccountToken"), Mapping)]
+        audiences = _audiences(volume)
         if volume.get("name") == TOKEN_VOLUME:
             if planned is not None and not as_injected(volume, planned):
                 problems.append(f"spec.volumes[{index}]: a volume named {TOKEN_VOLUME} that Lockstep did not inject")
@@ -259,10 +314,13 @@ def update_violations(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[st
     if sidecar(old) != sidecar(new):
         problems.append(f"spec.initContainers ({SIDECAR_NAME}): the injected sidecar cannot be changed "
                         "(re-create the pod instead)")
-    # The baseline rules refuse what an UPDATE adds (a privileged ephemeral container, say), not what the
-    # pod had already: a pod admitted before them must still take its controllers' metadata updates
+    if sidecar(old) is not None and opted_out(new) and not opted_out(old):
+        problems.append(f"metadata.labels[{INJECT_LABEL}]: a pod Lockstep injected cannot opt out (re-create it "
+                        "without the sidecar instead)")
+    # The baseline and raw-network rules refuse what an UPDATE adds (a privileged ephemeral container, say), not
+    # what the pod had already: a pod admitted before them must still take its controllers' metadata updates
     # (finalizers, owner references). The operator never judges such a pod verified (pod_violations).
-    before = set(baseline_violations(old))
+    before = set(baseline_violations(old)) | set(raw_network_violations(old))
     problems += [problem for problem in violations(new, planned_sidecar=sidecar(old) or None,
                                                     planned_token_volume=None)
                  if not problem.startswith("spec.hostNetwork") and not problem.startswith("spec.shareProcess")

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lockstep.operator.admission_policy import pod_violations
+from lockstep.operator.injection import AdmittedBinding, admitted_binding
 from lockstep.operator.judge import Policy
 
 from lockstep.core.conditions import CONDITION_TYPE
@@ -40,6 +41,8 @@ class PodRecord:
     ports: dict[str, int] = field(default_factory=dict)
     #: What in the pod's spec breaks Lockstep's admission rules (empty: nothing): such a pod is never verified.
     outside_policy: tuple[str, ...] = ()
+    #: What its sidecar was injected for (None: it has none): compared with the interface selecting it now.
+    admitted: AdmittedBinding | None = None
     #: Set on the pod a condition write returned: the resourceVersion that write was guarded on, so replaced.
     #: A watch event of that version arriving later is the pod as it was before the write (not read again).
     superseded_version: str = ""
@@ -59,6 +62,7 @@ class PodRecord:
             deleting=bool(metadata.get("deletionTimestamp")),
             ports=_named_ports(body.get("spec") or {}),
             outside_policy=tuple(pod_violations(body)) if body.get("spec") else (),
+            admitted=admitted_binding(body),
         )
 
     @property

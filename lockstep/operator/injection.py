@@ -16,9 +16,17 @@ returns RFC 6902 JSON Patch operations that add, each only when it is missing:
   ``LOCKSTEP_PROXY_MODE``; every sidecar gets the pod's IP (downward API) to check
   that the MCP server cannot be reached past the proxy.
 
+:func:`hardening_ops` closes raw networking in the application's containers (security
+review 2, S6-10): each container that does not drop ``NET_RAW`` (or ``ALL``) gets
+``NET_RAW`` added to ``capabilities.drop``, and one that does not say
+``allowPrivilegeEscalation`` gets ``false``. A container that says
+``allowPrivilegeEscalation: true`` (or adds NET_RAW) is not rewritten: the pod is
+refused with the field named (lockstep.operator.admission_policy), since the author
+asked for what Lockstep cannot allow and a silent rewrite would break it at run time.
+
 Planning twice gives nothing the second time: every piece is found by its name
-(container, volume) or its condition type (gate) before it is added. The
-application's containers and the pod's security context are never touched.
+(container, volume) or its condition type (gate) before it is added, and a hardened
+container needs nothing more. The pod's own security context is never touched.
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ from lockstep.core.spec import (
     probe_timeout,
     proxy_port,
 )
-from lockstep.core.wire import DEFAULT_SIDECAR_PORT, SidecarEnv
+from lockstep.core.wire import DEFAULT_SIDECAR_PORT, SettingsError, SidecarEnv
 
 __all__ = [
     "DEFAULT_SIDECAR_PORT",
@@ -63,9 +71,13 @@ __all__ = [
     "TOKEN_AUDIENCE",
     "TOKEN_DIR",
     "TOKEN_VOLUME",
+    "AdmittedBinding",
     "Binding",
     "BindingError",
     "InjectionSettings",
+    "admitted_binding",
+    "drops_raw_network",
+    "hardening_ops",
     "parse_duration",
     "plan_injection",
     "planned_sidecar",
@@ -121,6 +133,77 @@ def plan_injection(pod: Mapping[str, Any], settings: InjectionSettings, binding:
     ops += _append_ops(spec, "volumes", volumes)
     ops += _append_ops(spec, "initContainers", sidecars)
     return ops
+
+
+#: Capabilities whose drop closes raw and packet sockets (``ALL`` includes NET_RAW).
+RAW_NETWORK_DROPS = frozenset({"NET_RAW", "ALL"})
+CONTAINER_KINDS = ("initContainers", "containers", "ephemeralContainers")
+
+
+def drops_raw_network(security: Mapping[str, Any]) -> bool:
+    """Whether a container's securityContext drops NET_RAW (or ALL)."""
+    drops = (security.get("capabilities") or {}).get("drop") or []
+    return any(str(cap).upper().removeprefix("CAP_") in RAW_NETWORK_DROPS for cap in drops)
+
+
+def hardening_ops(pod: Mapping[str, Any]) -> list[JSONPatchOp]:
+    """JSON Patch operations that make every container of ``pod`` but the sidecar drop NET_RAW and set
+    ``allowPrivilegeEscalation: false`` where it is absent; empty when none needs it."""
+    spec = pod.get("spec") or {}
+    ops: list[JSONPatchOp] = []
+    for kind in CONTAINER_KINDS:
+        for index, container in enumerate(spec.get(kind) or []):
+            if container.get("name") != SIDECAR_NAME:
+                ops += _hardening(f"/spec/{kind}/{index}/securityContext", container.get("securityContext"))
+    return ops
+
+
+def _hardening(path: str, security: Mapping[str, Any] | None) -> list[JSONPatchOp]:
+    if security is None:
+        return [{"op": "add", "path": path,
+                 "value": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["NET_RAW"]}}}]
+    ops: list[JSONPatchOp] = []
+    if security.get("allowPrivilegeEscalation") is None:
+        ops.append({"op": "add", "path": f"{path}/allowPrivilegeEscalation", "value": False})
+    if not drops_raw_network(security):
+        capabilities = security.get("capabilities")
+        if capabilities is None:
+            ops.append({"op": "add", "path": f"{path}/capabilities", "value": {"drop": ["NET_RAW"]}})
+        elif capabilities.get("drop") is None:
+            ops.append({"op": "add", "path": f"{path}/capabilities/drop", "value": ["NET_RAW"]})
+        else:
+            ops.append({"op": "add", "path": f"{path}/capabilities/drop/-", "value": "NET_RAW"})
+    return ops
+
+
+@dataclass(frozen=True)
+class AdmittedBinding:
+    """What a pod's injected sidecar was planned for at admission, read back from its environment: the operator
+    compares it with the interface that selects the pod now (a pod relabelled into an Isolate interface after
+    being admitted without one has no proxy, S6-6)."""
+
+    interface: str
+    mcp_port: int
+    #: None: the sidecar runs no in-line proxy.
+    proxy_port: int | None
+    proxy_mode: str
+    #: The environment could not be read (someone else's sidecar, or a newer one): never matches.
+    unreadable: str = ""
+
+
+def admitted_binding(pod: Mapping[str, Any]) -> AdmittedBinding | None:
+    """The binding of ``pod``'s sidecar (its init container named SIDECAR_NAME); None when it has none."""
+    for container in (pod.get("spec") or {}).get("initContainers") or []:
+        if isinstance(container, Mapping) and container.get("name") == SIDECAR_NAME:
+            env = {str(item.get("name")): str(item.get("value", "")) for item in container.get("env") or []
+                   if isinstance(item, Mapping) and "valueFrom" not in item}
+            try:
+                read = SidecarEnv.from_env(env)
+            except SettingsError as error:
+                return AdmittedBinding("", 0, None, "", unreadable=str(error))
+            return AdmittedBinding(read.interface, read.mcp_port, read.proxy_port,
+                                   read.proxy_mode if read.proxy_port is not None else "")
+    return None
 
 
 def planned_sidecar(pod: Mapping[str, Any], settings: InjectionSettings, binding: Binding) -> dict[str, Any]:

@@ -10,7 +10,7 @@ import enum
 import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lockstep.core import Interface, InterfaceError, LockstepError
 from lockstep.core.conditions import CONDITION_TYPE, DRIFT_REASONS, PodState, Reason, state_of
@@ -23,10 +23,14 @@ from lockstep.core.spec import (
     DEFAULT_PORT,
     DEFAULT_PROXY_PORT,
     DEFAULT_STALE_AFTER,
+    PROXIED_ENFORCEMENTS,
     BindingError,
     probe_stale_after,
     proxy_port,
 )
+
+if TYPE_CHECKING:
+    from lockstep.operator.injection import AdmittedBinding
 
 __all__ = [
     "CONDITION_TYPE",
@@ -38,6 +42,7 @@ __all__ = [
     "Verdict",
     "VerdictMemo",
     "judge",
+    "judge_binding",
     "judge_conflict",
     "judge_outside_policy",
     "judge_stale",
@@ -300,6 +305,42 @@ def judge_conflict(resources: Sequence[str]) -> Verdict:
     names = ", ".join(sorted(resources))
     return Verdict("False", Reason.CONFLICT, f"selected by more than one MCPServerInterface: {names}",
                    PodState.CONFLICT)
+
+
+def judge_binding(policy: Policy, admitted: AdmittedBinding | None, ports: Mapping[str, int]) -> Verdict | None:
+    """In enforcement Isolate and Quarantine, a pod whose sidecar runs no proxy (ProxyMissing) or was planned for
+    another interface, endpoint port, proxy port or mode (BindingMismatch) is never verified: its Service's
+    lockstep-mcp port would reach nothing, or something else than the proxy the interface asks for. None: the
+    binding holds (or the pod has no sidecar, so no report to judge). ``ports``: the pod's named container ports."""
+    if policy.enforcement not in PROXIED_ENFORCEMENTS or admitted is None:
+        return None
+    fix = "re-create the pod (kubectl rollout restart) so that the webhook injects the sidecar for it"
+    if admitted.unreadable:
+        return _refused(Reason.BINDING_MISMATCH, f"the pod's sidecar environment cannot be read "
+                                                 f"({admitted.unreadable}): {fix}")
+    if admitted.proxy_port is None:
+        return _refused(Reason.PROXY_MISSING, f"enforcement {policy.enforcement.value} needs the in-line proxy, and "
+                                              f"the pod's sidecar was admitted without one (no proxied "
+                                              f"MCPServerInterface selected the pod then): {fix}")
+    differences = _binding_differences(policy, admitted, ports)
+    if differences:
+        return _refused(Reason.BINDING_MISMATCH, f"the pod's sidecar was admitted for {'; '.join(differences)}: {fix}")
+    return None
+
+
+def _binding_differences(policy: Policy, admitted: AdmittedBinding, ports: Mapping[str, int]) -> list[str]:
+    endpoint = policy.endpoint_port
+    wanted_port = endpoint if isinstance(endpoint, int) else ports.get(str(endpoint))
+    mode = "isolate" if policy.enforcement is Enforcement.ISOLATE else "quarantine"
+    checks = (("interface", admitted.interface or "none", policy.name),
+              ("endpoint port", admitted.mcp_port, wanted_port),
+              ("proxy port", admitted.proxy_port, policy.proxy_port),
+              ("proxy mode", admitted.proxy_mode, mode))
+    return [f"{what} {had} (the interface asks for {wanted})" for what, had, wanted in checks if had != wanted]
+
+
+def _refused(reason: Reason, message: str) -> Verdict:
+    return Verdict("False", reason, message[:MESSAGE_LIMIT], state_of(reason))
 
 
 def judge_outside_policy(policy: Policy, problems: Sequence[str]) -> Verdict:

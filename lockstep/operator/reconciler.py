@@ -40,6 +40,7 @@ from lockstep.operator.judge import (
     Reason,
     Verdict,
     VerdictMemo,
+    judge_binding,
     judge_conflict,
     judge_outside_policy,
     judge_stale,
@@ -427,6 +428,8 @@ class Reconciler:
                 verdict = judge_conflict([record.policy.name for record in resources])
             elif pod.outside_policy:
                 verdict = judge_outside_policy(resources[0].policy, pod.outside_policy)
+            elif (unbound := judge_binding(resources[0].policy, pod.admitted, pod.ports)) is not None:
+                verdict = unbound
             elif track.stale:
                 verdict = judge_stale(resources[0].policy, time.monotonic() - track.received_at)
             elif track.observation is None:

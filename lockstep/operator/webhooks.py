@@ -7,6 +7,10 @@ second webhook entry with an objectSelector); ``docs/sidecar.md`` holds the
 configuration. The handler therefore injects every pod it is sent, except a
 pod labelled ``lockstep.dev/inject: disabled`` and pods of the operator's own
 namespace and ``kube-system`` (a guard in case the configuration is too wide).
+An opted-out pod may not carry Lockstep's readiness gate, a container named
+like the sidecar or a ``lockstep.dev`` token. Every container of an injected pod
+drops NET_RAW and runs with ``allowPrivilegeEscalation: false`` (added where
+absent, refused where the pod asks otherwise).
 
 The pod is bound to the MCPServerInterface named by its ``lockstep.dev/interface``
 annotation, or else to the one whose selector matches its labels. A pod that no
@@ -32,6 +36,7 @@ from kopf._cogs.clients import api as kopf_api  # the operator's own credentials
 from kopf._cogs.clients import errors as kopf_errors
 from lockstep.operator.admission_policy import (
     AdmissionPolicy,
+    lockstep_markers,
     opted_out,
     strictness,
     update_violations,
@@ -42,6 +47,7 @@ from lockstep.operator.injection import (
     Binding,
     BindingError,
     InjectionSettings,
+    hardening_ops,
     plan_injection,
     planned_sidecar,
     planned_token_volume,
@@ -242,6 +248,13 @@ def register_webhooks(registry: kopf.OperatorRegistry, config: Any, *,
             return
         if opted_out(pod):
             if AdmissionPolicy(frozenset(getattr(config, "allow_opt_out", ()) or ())).may_opt_out(namespace):
+                markers = lockstep_markers(pod)
+                if markers:  # it would gate itself on a counterfeit sidecar's reports
+                    count("refused")
+                    raise kopf.AdmissionError(
+                        f"Lockstep refuses this pod: it opts out ({INJECT_LABEL}=disabled), so Lockstep never "
+                        f"injects nor verifies it, yet it carries what only an injected pod may: {'; '.join(markers)}",
+                        code=403)
                 count("skipped")
                 return
             count("refused")
@@ -256,7 +269,8 @@ def register_webhooks(registry: kopf.OperatorRegistry, config: Any, *,
             raise kopf.AdmissionError(f"Lockstep cannot inject the sidecar: {error}", code=503) from None
         resolution = resolve_binding(pod, interfaces)
         ops, binding = _plan(pod, settings, resolution, warnings)
-        problems = violations(pod, planned_sidecar=planned_sidecar(pod, settings, binding),
+        ops = hardening_ops(pod) + ops
+        problems = violations(jsonpatch.apply_patch(pod, ops), planned_sidecar=planned_sidecar(pod, settings, binding),
                               planned_token_volume=planned_token_volume(settings))
         if resolution.reason == "InterfaceWeaker":
             problems.insert(0, resolution.problem)

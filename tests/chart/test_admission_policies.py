@@ -9,7 +9,7 @@ from typing import Any
 from lockstep.core.names import REPORT_STAMP_ANNOTATION, SIDECAR_NAME, TOKEN_AUDIENCE
 from lockstep_testing.chart_render import NAMESPACE, Render, find, one
 
-POLICIES = ("sidecar-token", "sidecar-exec", "report-stamp", "not-ready-services")
+POLICIES = ("sidecar-token", "sidecar-exec", "report-stamp", "not-ready-services", "sidecar-markers")
 
 
 def _expressions(policy: dict[str, Any]) -> str:
@@ -71,3 +71,21 @@ def test_not_ready_services_are_refused_in_opted_in_namespaces_only(render: Rend
     assert {"key": "lockstep.dev/inject", "operator": "In", "values": ["enabled"]} in expressions
     assert {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [NAMESPACE, "kube-system"]} \
         in expressions
+
+
+def test_the_markers_of_an_injected_pod_are_refused_on_pods_lockstep_does_not_inject(render: Render) -> None:
+    """Security review 2, S6-9: the gate, the sidecar's name and its token are the code's names, and scope follows
+    webhook.injectLabel and the namespaces never injected."""
+    from lockstep.operator.injection import READINESS_GATE, TOKEN_VOLUME
+
+    markers = one(render({"webhook": {"injectLabel": {"key": "example.com/guard", "value": "on"},
+                                      "excludeNamespaces": ["legacy"]}}),
+                  "ValidatingAdmissionPolicy", "demo-lockstep-sidecar-markers")
+    text = _expressions(markers)
+    for name in (READINESS_GATE, SIDECAR_NAME, TOKEN_VOLUME, TOKEN_AUDIENCE):
+        assert f"'{name}'" in text
+    assert "object.metadata.labels['example.com/guard'] == 'on'" in text
+    assert "object.metadata.labels['example.com/guard'] == 'disabled'" in text
+    assert "namespaceObject.metadata.labels['example.com/guard'] == 'on'" in text
+    assert '"legacy"' in text and '"kube-system"' in text
+    assert markers["spec"]["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE"]

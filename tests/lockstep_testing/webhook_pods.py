@@ -35,7 +35,8 @@ def plain_pod(**labels: str) -> dict[str, Any]:
                             "ports": [{"name": "mcp", "containerPort": 8000, "protocol": "TCP"}],
                             "volumeMounts": [{"name": "kube-api-access-x1", "mountPath":
                                               "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": True}],
-                            "securityContext": {"allowPrivilegeEscalation": False}}],
+                            "securityContext": {"allowPrivilegeEscalation": False,
+                                                "capabilities": {"drop": ["ALL"]}}}],
             "volumes": [{"name": "kube-api-access-x1", "projected": {"sources": [
                 {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}}]}}],
             "restartPolicy": "Always",

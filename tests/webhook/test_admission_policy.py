@@ -9,6 +9,9 @@ from typing import Any
 import pytest
 from lockstep_testing.webhook_pods import NAMESPACE, plain_pod, weather_interface
 
+#: What `kubectl debug --profile=restricted` sets on an ephemeral container.
+RESTRICTED_DEBUG = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": True,
+                    "seccompProfile": {"type": "RuntimeDefault"}}
 TOKEN_SOURCE = {"serviceAccountToken": {"audience": "lockstep.dev", "path": "token", "expirationSeconds": 900}}
 
 
@@ -162,7 +165,8 @@ async def test_an_ordinary_update_and_a_harmless_debug_container_are_allowed(adm
     assert (await admit(labelled, webhook="validate-pods", operation="UPDATE", old=old)
             ).response["response"]["allowed"] is True
     debugged = copy.deepcopy(old)
-    debugged["spec"]["ephemeralContainers"] = [{"name": "debug", "image": "busybox", "targetContainerName": "server"}]
+    debugged["spec"]["ephemeralContainers"] = [{"name": "debug", "image": "busybox", "targetContainerName": "server",
+                                                "securityContext": RESTRICTED_DEBUG}]
     assert (await admit(debugged, webhook="validate-pods", operation="UPDATE", old=old,
                         sub_resource="ephemeralcontainers")).response["response"]["allowed"] is True
 

@@ -118,7 +118,10 @@ async def test_sidecar_goes_after_the_pods_own_init_containers(admit: Any, inter
     migrate = {"name": "migrate", "image": "example.com/weather-mcp:1.4", "command": ["migrate"]}
     pod["spec"]["initContainers"] = [migrate]
     admitted = await admit(pod)
-    assert admitted.pod == injected(pod)
+    hardened = injected(pod)  # the pod's own init container drops NET_RAW too (security review 2, S6-10)
+    hardened["spec"]["initContainers"][0]["securityContext"] = {"allowPrivilegeEscalation": False,
+                                                                "capabilities": {"drop": ["NET_RAW"]}}
+    assert admitted.pod == hardened
     assert [c["name"] for c in admitted.pod["spec"]["initContainers"]] == ["migrate", "lockstep-sidecar"]
 
 
