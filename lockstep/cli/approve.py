@@ -18,6 +18,7 @@ to the revision being approved is refused. Three outputs:
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,10 +73,12 @@ LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 @click.option("--digests-only", is_flag=True, help="Leave the definitions out of the approved entry.")
 @click.option("-o", "--output", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True,
               help="Format of the printed manifest (without -f and --apply).")
+@click.option("--sign", "key", metavar="KEY", default=None,
+              help="Sign the approved revision with this approver key (lockstep sign's KEY), for an MCPApprovalPolicy.")
 @cluster_options
 def approve_command(resource: str, digest: str | None, replace: bool, prune: bool, filename: str | None,
-                    apply_: bool, dry_run: bool, digests_only: bool, output: str, namespace: str | None,
-                    context: str | None, kubeconfig: str | None) -> None:
+                    apply_: bool, dry_run: bool, digests_only: bool, output: str, key: str | None,
+                    namespace: str | None, context: str | None, kubeconfig: str | None) -> None:
     """Approve a revision that the pods of RESOURCE serve.
 
     The definitions are read from the resource's status and digested again;
@@ -96,11 +99,16 @@ def approve_command(resource: str, digest: str | None, replace: bool, prune: boo
     if dry_run and not (filename or apply_):
         raise UsageError("--dry-run goes with -f FILE or --apply; without them nothing is written anyway")
     name = parse_resource(resource)
+    signer = None
+    if key is not None:
+        from lockstep.cli.signing import signer_of
+
+        signer = signer_of(key)
     with Cluster(ClusterTarget(kubeconfig, context, namespace)) as cluster:
         live, unread = with_referenced_definitions(cluster, cluster.get_interface(name))
         for note in unread:
             click.echo(f"note: {note}", err=True)
-        plan = _plan(live, digest, prune)
+        plan = dataclasses.replace(_plan(live, digest, prune), signer=signer, replace=replace)
         if filename:
             _rewrite_file(Path(filename), live, plan, replace=replace, prune=prune, digests_only=digests_only,
                           dry_run=dry_run)
@@ -110,6 +118,7 @@ def approve_command(resource: str, digest: str | None, replace: bool, prune: boo
         else:
             manifest = manifest_from_cluster(live)
             result = _edit(manifest, plan, replace=replace, prune=prune, digests_only=digests_only)
+            _sign(manifest, plan, result, "the manifest above")
             click.echo(dump_yaml(manifest) if output == "yaml" else dump_json(manifest), nl=False)
             _report(result, "the manifest above", dry_run=False)
 
@@ -122,6 +131,9 @@ class Plan:
     interface: Interface | None
     served: tuple[str, ...]
     drift: ObservedDrift | None = None
+    #: --sign: the approver's signer; the added revision is signed (revoking the others only with --replace).
+    signer: Any = None
+    replace: bool = False
 
 
 def _plan(live: Mapping[str, Any], digest: str | None, prune: bool) -> Plan:
@@ -186,6 +198,19 @@ def manifest_from_cluster(live: Mapping[str, Any]) -> dict[str, Any]:
             "spec": copy.deepcopy(live.get("spec") or {})}
 
 
+def _sign(manifest: Any, plan: Plan, result: ApprovalResult, where: str) -> None:
+    """--sign: the revision just approved gets a signed statement (the file's next sequence)."""
+    if plan.signer is None or not result.added or result.digest is None:
+        return
+    from lockstep.cli.signing import sign_approved
+
+    metadata = manifest.get("metadata") or {}
+    for line in sign_approved(manifest["spec"]["approved"], str(metadata.get("namespace") or ""),
+                              str(metadata.get("name")), plan.signer, only={result.digest},
+                              keep_previous=not plan.replace, where=where):
+        click.echo(f"{where}: {line}", err=True)
+
+
 # --------------------------------------------------------------------------- --apply
 
 def _apply(cluster: Cluster, name: str, live: Mapping[str, Any], plan: Plan, *, replace: bool, prune: bool,
@@ -196,6 +221,7 @@ def _apply(cluster: Cluster, name: str, live: Mapping[str, Any], plan: Plan, *, 
     if not result.changed:
         _report(result, where, dry_run=dry_run)
         return
+    _sign(manifest, plan, result, where)
     patch: dict[str, Any] = {"spec": {"approved": manifest["spec"]["approved"]}}
     version = (live.get("metadata") or {}).get("resourceVersion")
     if version:  # optimistic concurrency: a concurrent change makes the API server answer 409
@@ -226,6 +252,7 @@ def _rewrite_file(path: Path, live: Mapping[str, Any], plan: Plan, *, replace: b
 
             manifest["spec"]["approved"] = CommentedSeq()
         approve(manifest, plan.interface, with_definitions=not digests_only, style=review_style)  # type: ignore[arg-type]
+        _sign(manifest, plan, result, str(path))
         approved = manifest["spec"]["approved"]
         approved.yaml_set_comment_before_after_key(len(approved) - 1, before=approval_comment(plan),
                                                    indent=document.dash_column(approved))

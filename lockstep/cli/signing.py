@@ -36,7 +36,7 @@ from lockstep.core.signed_approval import (
 )
 from lockstep.core.trust_policy import PolicyError, PolicyMode, TrustPolicy, verify_approved
 
-__all__ = ["keys_command", "sign_command", "verify_approval_command"]
+__all__ = ["keys_command", "sign_approved", "sign_command", "signer_of", "verify_approval_command"]
 
 DEFAULT_VALID_DAYS = 90
 
@@ -83,7 +83,7 @@ def generate_command(name: str, kind: str, out: str) -> None:
 def sign_command(filename: str, key_path: str, digest: str | None, valid_days: int, keep_previous: bool,
                  namespace: str | None) -> None:
     """Sign the approved revisions of an MCPServerInterface manifest (adds a signature to a signed one)."""
-    signer = _signer(key_path)
+    signer = signer_of(key_path)
     path = Path(filename)
     document = RoundTripFile.load(path)
     manifest = _only_interface(document.documents, path)
@@ -91,27 +91,9 @@ def sign_command(filename: str, key_path: str, digest: str | None, valid_days: i
     approved = (manifest.get("spec") or {}).get("approved") or []
     if digest is not None and not any(entry.get("digest") == digest for entry in approved):
         raise UsageError(f"{path}: no approved revision {digest}")
-    statements = [_statement_of(entry) for entry in approved]
-    sequences = [statement.sequence for statement in statements if statement is not None]
-    next_sequence = max(sequences, default=0) + 1
-    now = datetime.datetime.now(datetime.UTC)
-    for entry, statement in zip(approved, statements, strict=True):
-        if digest is not None and entry.get("digest") != digest:
-            continue
-        revision = _revision(entry, path)
-        if statement is not None and statement.digest.digest == revision.aggregate \
-                and (statement.namespace, statement.name) == (namespace, name):
-            signed = SignedApproval.from_dict(plain(entry[ATTESTATION_FIELD])).add_signature(signer)
-            action = f"added a signature to sequence {statement.sequence}"
-        else:
-            revokes = min(sequences, default=next_sequence) if keep_previous else next_sequence
-            new = ApprovalStatement.of(revision, namespace, name, next_sequence,
-                                       now + datetime.timedelta(days=valid_days), revokes)
-            signed = SignedApproval.create(new, signer)
-            action = f"signed as sequence {next_sequence}" + (f", revoking below {revokes}" if revokes > 1 else "")
-            next_sequence += 1
-        entry[ATTESTATION_FIELD] = signed.to_dict()
-        click.echo(f"{path}: revision {revision.aggregate}: {action} (key {signer.public_key.keyid[:12]})", err=True)
+    for line in sign_approved(approved, namespace, name, signer, only={digest} if digest else None,
+                              keep_previous=keep_previous, valid_days=valid_days, where=str(path)):
+        click.echo(f"{path}: {line}", err=True)
     path.write_text(document.dump(), encoding="utf-8")
 
 
@@ -145,7 +127,37 @@ def verify_approval_command(filename: str, policy_path: str, at: str | None, as_
         sys.exit(EXIT_DRIFT)
 
 
-def _signer(reference: str) -> Any:
+def sign_approved(approved: Any, namespace: str, name: str, signer: Any, *, only: set[str] | None = None,
+                  keep_previous: bool = False, valid_days: int = DEFAULT_VALID_DAYS, where: str = "") -> list[str]:
+    """Sign the ``spec.approved[]`` entries (all, or those of ``only``) in place: an entry whose statement is already
+    about this revision of this resource gets one more signature; any other a new statement at the next sequence
+    (revoking the ones before it, unless ``keep_previous``). Returns one line per entry, saying what was done."""
+    statements = [_statement_of(entry) for entry in approved]
+    sequences = [statement.sequence for statement in statements if statement is not None]
+    next_sequence = max(sequences, default=0) + 1
+    now = datetime.datetime.now(datetime.UTC)
+    done = []
+    for entry, statement in zip(approved, statements, strict=True):
+        if only is not None and entry.get("digest") not in only:
+            continue
+        revision = _revision(entry, where)
+        if statement is not None and statement.digest.digest == revision.aggregate \
+                and (statement.namespace, statement.name) == (namespace, name):
+            signed = SignedApproval.from_dict(plain(entry[ATTESTATION_FIELD])).add_signature(signer)
+            action = f"added a signature to sequence {statement.sequence}"
+        else:
+            revokes = min(sequences, default=next_sequence) if keep_previous else next_sequence
+            new = ApprovalStatement.of(revision, namespace, name, next_sequence,
+                                       now + datetime.timedelta(days=valid_days), revokes)
+            signed = SignedApproval.create(new, signer)
+            action = f"signed as sequence {next_sequence}" + (f", revoking below {revokes}" if revokes > 1 else "")
+            next_sequence += 1
+        entry[ATTESTATION_FIELD] = signed.to_dict()
+        done.append(f"revision {revision.aggregate}: {action} (key {signer.public_key.keyid[:12]})")
+    return done
+
+
+def signer_of(reference: str) -> Any:
     """A PEM file, or a securesystemslib private-key URI (``awskms:``, ``gcpkms:``, ``azurekms:``, ``hsm:``) with
     its public key's PEM file after ``#``."""
     head = reference.split("/", 1)[0]
@@ -189,11 +201,11 @@ def _resource_of(manifest: Mapping[str, Any], namespace: str | None, path: Path)
     return name, str(namespace)
 
 
-def _revision(entry: Any, path: Path) -> Revision:
+def _revision(entry: Any, where: str) -> Revision:
     try:
         return Revision.from_spec(plain(entry))
     except InterfaceError as error:
-        raise UsageError(f"{path}: approved revision {entry.get('digest')}: {error}") from None
+        raise UsageError(f"{where}: approved revision {entry.get('digest')}: {error}") from None
 
 
 def _statement_of(entry: Any) -> ApprovalStatement | None:

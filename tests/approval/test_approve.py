@@ -275,3 +275,34 @@ async def test_a_revision_trusted_on_first_use_can_be_pinned_in_git(cluster, cle
     assert result.exit_code == 0, result.output
     (revision,) = load_pinned(yaml.safe_load(path.read_text())).revisions
     assert revision.aggregate == digest and revision.interface is not None
+
+
+async def test_sign_signs_the_approved_revision_in_git_and_in_the_cluster(cluster, clean, tmp_path):
+    """`approve --sign KEY` (issue 33): the revision approved carries the approver's statement, at the next sequence,
+    keeping the revisions approved before it (a rolling update); verify-approval accepts it under a policy."""
+    import datetime
+
+    from lockstep.core.approver_keys import generate_key
+    from lockstep.core.trust_policy import TrustPolicy, verify_approved
+
+    pair = generate_key()
+    key = tmp_path / "alice.key"
+    key.write_bytes(pair.private_pem)
+    policy = TrustPolicy.from_spec("approvers", {"keys": [{"name": "alice", "publicKey": pair.public_pem.decode()}]})
+    pulled = await read_weather(weather.rug_pull)
+    await cluster.put(with_status(interface_manifest(clean), {"weather-0": clean, "weather-1": pulled}))
+    path = tmp_path / "interface.yaml"
+    path.write_text(git_manifest(Revision.of(clean)))
+    result = await cluster.lockstep("approve", "weather", "-f", str(path), "--sign", str(key))
+    assert result.exit_code == 0, result.output
+    assert "signed as sequence 1" in result.stderr
+    approved = yaml.safe_load(path.read_text())["spec"]["approved"]
+    now = datetime.datetime.now(datetime.UTC)
+    checks = verify_approved(approved, NAMESPACE, "weather", policy, now).checks
+    # The revision approved before stays unsigned (sign it with `lockstep sign`); the new one is alice's.
+    assert [(check.revision, check.trusted) for check in checks] == [(Revision.of(clean).aggregate, False),
+                                                                     (Revision.of(pulled).aggregate, True)]
+    applied = await cluster.lockstep("approve", "weather", "--apply", "--sign", str(key))
+    assert applied.exit_code == 0, applied.output
+    stored = cluster.get()["spec"]["approved"]
+    assert verify_approved(stored, NAMESPACE, "weather", policy, now).checks[1].signers == ("alice",)
