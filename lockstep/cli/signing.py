@@ -99,7 +99,7 @@ def sign_command(filename: str, key_path: str, digest: str | None, valid_days: i
 
 @click.command("verify-approval")
 @click.argument("filename", type=click.Path(dir_okay=False, exists=True))
-@click.option("--policy", "policy_path", type=click.Path(dir_okay=False, exists=True), required=True,
+@click.option("--policy", "policy_path", type=click.Path(dir_okay=False), required=True,
               help=f"An {POLICY_KIND} manifest.")
 @click.option("--at", "at", default=None, metavar="TIME", help="Verify as at this RFC 3339 time (default: now).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
