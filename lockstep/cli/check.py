@@ -1,5 +1,5 @@
 """``lockstep check``: is the cluster ready for Lockstep (``--pre``), is the installed release healthy (the
-default), and are the guarded pods in order (``--pods``)? In the manner of ``linkerd check`` and ``cmctl
+default), and are the guarded pods in order (``--pods``: each judged, and no Service around the in-line proxy)? In the manner of ``linkerd check`` and ``cmctl
 check api``: stable check names, one line each with a hint where it fails, ``-o json``, and an exit code
 (0: nothing failed, warnings allowed; 1: a check failed; 2: the cluster cannot be reached).
 
@@ -31,7 +31,7 @@ MIN_KUBERNETES = (1, 30)
 CRD_NAME = "mcpserverinterfaces.lockstep.dev"
 #: The status fields the operator writes; a CRD without them would prune them silently.
 CRD_STATUS_FIELDS = ("phase", "pods", "observed", "conditions", "proxy", "lastVerificationTime")
-POLICIES = ("sidecar-token", "sidecar-exec", "report-stamp", "not-ready-services")
+POLICIES = ("sidecar-token", "sidecar-exec", "report-stamp", "not-ready-services", "sidecar-markers")
 CERT_WARN_DAYS = 30
 CLOCK_SKEW_WARN = 30.0
 REQUEST_TIMEOUT = 10
@@ -338,11 +338,50 @@ def check_pods(context: Context) -> Iterator[CheckResult]:
                     "lockstep diff RESOURCE -n NAMESPACE shows why")
 
 
+def check_services(context: Context) -> Iterator[CheckResult]:
+    """Services that select the pods of an Isolate or Quarantine interface on another port than the in-line
+    proxy's (``lockstep-mcp``) or the sidecar's own: computed here from the Services, pods and interfaces, not
+    read from the operator's status (which may be behind, or the operator down)."""
+    bypassing = [f"{namespace}/{entry}" for namespace, entry in _bypassing_services(context)]
+    if bypassing:
+        yield _fail("services", f"{len(bypassing)} Service ports bypass the in-line proxy: {', '.join(bypassing[:10])}",
+                    "point them at targetPort lockstep-mcp: nothing else in a guarded pod may answer agents "
+                    f"({DOCS}/operator.md#services)")
+    else:
+        yield _ok("services", "every Service that selects guarded pods targets the in-line proxy")
+
+
+def _bypassing_services(context: Context) -> list[tuple[str, str]]:
+    from lockstep.core.names import GROUP, PLURAL, VERSION
+    from lockstep.operator.cache import PodRecord
+    from lockstep.operator.judge import Policy
+    from lockstep.operator.quarantine import bypassing_ports, service_entry
+
+    from lockstep.core.selection import selector_matches
+
+    plain = context.api.sanitize_for_serialization
+    interfaces = context.kubernetes.client.CustomObjectsApi(context.api).list_cluster_custom_object(
+        GROUP, VERSION, PLURAL, _request_timeout=REQUEST_TIMEOUT).get("items") or []
+    core = context.core()
+    pods = [PodRecord.from_body(plain(pod)) for pod in core.list_pod_for_all_namespaces(
+        _request_timeout=REQUEST_TIMEOUT).items]
+    services = {(item["metadata"]["namespace"], item["metadata"]["name"]): service_entry(item)
+                for item in (plain(service) for service in core.list_service_for_all_namespaces(
+                    _request_timeout=REQUEST_TIMEOUT).items)}
+    found = []
+    for body in interfaces:
+        policy = Policy.from_resource(body)
+        selected = [pod for pod in pods
+                    if pod.namespace == policy.namespace and selector_matches(policy.selector, pod.labels)]
+        found += [(policy.namespace, f"{entry} ({policy.name})") for entry in bypassing_ports(policy, selected, services)]
+    return found
+
+
 PRE_CHECKS: tuple[Check, ...] = (check_kubernetes_version, check_install_rights, check_clock_skew)
 INSTALLED_CHECKS: tuple[Check, ...] = (check_kubernetes_version, check_crd, check_operator, check_webhooks,
                                        check_admission_policies, check_certificates, check_clock_skew,
                                        check_pod_security)
-POD_CHECKS: tuple[Check, ...] = (check_pods,)
+POD_CHECKS: tuple[Check, ...] = (check_pods, check_services)
 
 
 def run_checks(context: Context, checks: tuple[Check, ...]) -> list[CheckResult]:

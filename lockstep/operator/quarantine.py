@@ -5,7 +5,7 @@ reports), and the Services that send traffic past the proxy (any port but the pr
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from lockstep.operator.events import resource_ref
@@ -21,10 +21,11 @@ from lockstep.core.wire import ApprovedComponents
 
 if TYPE_CHECKING:
     from lockstep.operator.cache import ClusterCache, PodRecord, ResourceRecord
+    from lockstep.operator.judge import Policy
     from lockstep.operator.events import EventPoster
     from lockstep.operator.metrics import Metrics
 
-__all__ = ["WITHHELD_KEPT", "QuarantineBook"]
+__all__ = ["WITHHELD_KEPT", "QuarantineBook", "bypassing_ports", "service_entry"]
 
 #: Withheld components remembered per resource (status lists the newest WITHHELD_LISTED).
 WITHHELD_KEPT = 50
@@ -88,9 +89,7 @@ class QuarantineBook:
         if event_type == "DELETED":
             self.services.pop(key, None)
         else:
-            spec = body.get("spec") or {}
-            self.services[key] = (dict(spec.get("selector") or {}),
-                                  tuple(str(port.get("targetPort", port.get("port"))) for port in spec.get("ports") or []))
+            self.services[key] = service_entry(body)
         self.state.dirty.update(record.key for record in self.cache.resources()
                                 if record.key[0] == key[0] and record.policy.enforcement in PROXIED_ENFORCEMENTS)
 
@@ -114,19 +113,31 @@ class QuarantineBook:
         proxy's (``lockstep-mcp`` by name, or its number) nor the sidecar's own (``lockstep-http``, its /metrics).
         Nothing else in a guarded pod may answer peers (ServerExposed), so any other port reaches either the MCP
         server past the proxy or something that should not be there; there is no exception to ask for."""
-        policy = record.policy
-        if policy.enforcement not in PROXIED_ENFORCEMENTS:
-            return []
-        pods = self.cache.selected_pods(*record.key)
-        found = []
-        for (namespace, name), (selector, targets) in sorted(self.services.items()):
-            if namespace != policy.namespace or not selector:
-                continue
-            selected = [pod for pod in pods if all(pod.labels.get(k) == v for k, v in selector.items())]
-            if selected:
-                found += [f"{name}:{target}" for target in targets
-                          if not _through_sidecar(target, policy.proxy_port, selected)]
-        return found
+        return bypassing_ports(record.policy, self.cache.selected_pods(*record.key), self.services)
+
+
+def service_entry(body: Mapping[str, Any]) -> tuple[dict[str, str], tuple[str, ...]]:
+    """A Service's selector and target ports (numbers or names, as text; an absent targetPort is the port)."""
+    spec = body.get("spec") or {}
+    return (dict(spec.get("selector") or {}),
+            tuple(str(port.get("targetPort", port.get("port"))) for port in spec.get("ports") or []))
+
+
+def bypassing_ports(policy: Policy, pods: Sequence[PodRecord],
+                    services: Mapping[Key, tuple[dict[str, str], tuple[str, ...]]]) -> list[str]:
+    """``service:targetPort`` of every port of ``services`` (by namespace and name) that selects one of ``pods`` (the
+    resource's) on another port than the proxy's or the sidecar's own; [] outside Isolate and Quarantine."""
+    if policy.enforcement not in PROXIED_ENFORCEMENTS:
+        return []
+    found = []
+    for (namespace, name), (selector, targets) in sorted(services.items()):
+        if namespace != policy.namespace or not selector:
+            continue
+        selected = [pod for pod in pods if all(pod.labels.get(k) == v for k, v in selector.items())]
+        if selected:
+            found += [f"{name}:{target}" for target in targets
+                      if not _through_sidecar(target, policy.proxy_port, selected)]
+    return found
 
 
 def _through_sidecar(target: str, proxy_port: int, pods: list[PodRecord]) -> bool:

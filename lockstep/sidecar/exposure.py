@@ -8,11 +8,16 @@ makes no connection, so a server cannot tell the check from an agent, nor filter
 
 A socket once seen stays in the finding for the life of the sidecar: a listener that opens for a moment can
 hand a connection to an agent that outlives it, so a blinking listener is reported as a steady one.
+
+A pod's IP is never a loopback address. A sidecar given one runs in one of the project's stand-ins for a node
+(lockstep.demo's kubelet: every "pod" shares the host's network namespace, so its tables are the host's): there
+it checks the one thing it can, whether the MCP server accepts a connection on that address (``stand_in``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections.abc import Callable
@@ -84,8 +89,8 @@ class ExposureWatch:
     """Checks the tables on a timer and calls ``on_change`` with the new Exposure whenever it changes."""
 
     def __init__(self, on_change: Callable[[Exposure], None], *, interval: float = CHECK_INTERVAL,
-                 proc: Path = Path("/proc")) -> None:
-        self._on_change, self._interval = on_change, interval
+                 proc: Path = Path("/proc"), stand_in: tuple[str, int] | None = None) -> None:
+        self._on_change, self._interval, self._stand_in = on_change, interval, stand_in
         self._net, self._fds = proc / "net", proc / "self" / "fd"
         self._seen: dict[tuple[str, str, int], ExposedSocket] = {}
         self.current = NOT_CHECKED
@@ -97,6 +102,17 @@ class ExposureWatch:
         except (OSError, SocketTableError) as error:
             logger.warning("Cannot read the pod's socket tables (%s): ServerExposed is not checked", error)
             return self._update(NOT_CHECKED if not self._seen else self.current)
+        return self._found(found)
+
+    async def check_stand_in(self) -> Exposure:
+        """On a host-loopback stand-in for a node: whether the MCP server accepts a connection on the pod's IP."""
+        assert self._stand_in is not None
+        host, port = self._stand_in
+        accepted = await _accepts(host, port)
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        return self._found((ExposedSocket("tcp6" if ":" in host else "tcp", 0, address),) if accepted else ())
+
+    def _found(self, found: tuple[ExposedSocket, ...]) -> Exposure:
         for socket in found:
             key = (socket.table, socket.address, socket.inode)
             if key not in self._seen:
@@ -132,7 +148,21 @@ class ExposureWatch:
         """Check until cancelled; never raises."""
         while True:
             try:
-                self.check()
+                if self._stand_in is None:
+                    self.check()
+                else:
+                    await self.check_stand_in()
             except Exception:  # never let the watch die: the next tick tries again
                 logger.exception("Unexpected error in the exposure check")
             await asyncio.sleep(self._interval)
+
+
+async def _accepts(host: str, port: int, timeout: float = CHECK_INTERVAL) -> bool:
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True

@@ -15,6 +15,7 @@ grace period (one probe interval) while the application starts.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import random
 import time
@@ -61,7 +62,7 @@ class Prober:
         self._window: tuple[float, int] = (0.0, 0)  # start of the current second, notifications in it
         self._flood_backoff = 1.0
         #: In a pod (its IP known): the socket tables, checked on their own timer; a change is reported at once.
-        self.exposure = ExposureWatch(self._exposure_changed, proc=proc) if settings.pod_ip else None
+        self.exposure = _exposure_watch(settings, self._exposure_changed, proc)
 
     async def run(self) -> None:
         """Probe (and, in a pod, watch the socket tables) until cancelled; never raises."""
@@ -213,6 +214,15 @@ class Prober:
             observation = _with_exposure(observation, self.exposure.current)
         self.last_observation = observation
         self._submit(observation)
+
+
+def _exposure_watch(settings: SidecarSettings, on_change: Callable[[Exposure], None],
+                    proc: Path) -> ExposureWatch | None:
+    if not settings.pod_ip:
+        return None
+    if ipaddress.ip_address(settings.pod_ip).is_loopback:  # a host-loopback stand-in: see lockstep.sidecar.exposure
+        return ExposureWatch(on_change, stand_in=(settings.pod_ip, loopback_port(settings.mcp_url) or 0))
+    return ExposureWatch(on_change, proc=proc)
 
 
 def _with_exposure(observation: Observation, exposure: Exposure) -> Observation:

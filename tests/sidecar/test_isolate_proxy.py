@@ -1,6 +1,6 @@
 """The sidecar's in-line proxy in enforcement Isolate (issue 28): an answer carrying a component not approved
 is refused whole, every request is refused while the operator's last verdict is not True (on open and new
-sessions); a sidecar outside a pod (no pod IP) does not claim to know whether anything answers past the proxy."""
+sessions), and each probe tells the operator whether the server answers on the pod's IP, past the proxy."""
 
 from __future__ import annotations
 
@@ -66,8 +66,18 @@ async def test_isolate_refuses_a_poisoned_answer_then_every_request_until_the_ve
         assert [tool.name for tool in (await agent_read(url)).tools] == ["tool_0", "tool_1"]
 
 
-# Whether the server (or anything else in the pod) answers past the proxy is read from the pod's socket tables,
-# not by connecting to the pod's IP: tests/sidecar/test_exposure.py, in a network namespace of its own.
+@pytest.mark.parametrize(("pod_ip", "exposed"), [("127.0.0.1", True), ("127.0.0.2", False)])
+async def test_each_report_says_whether_the_server_answers_on_the_pods_ip(
+        mcp: McpServerHandle, operator: OperatorStandIn, certificates: Certificates, token_file: Path,
+        pod_ip: str, exposed: bool) -> None:
+    """The test server listens on 127.0.0.1: as the pod's IP it answers (exposed), 127.0.0.2 refuses."""
+    env = sidecar_env(mcp.url, operator.url, certificates.ca_pem, token_file, LOCKSTEP_POD_IP=pod_ip)
+    async with running_sidecar(SidecarSettings.from_env(env), host="127.0.0.1"):
+        await eventually(lambda: operator.reports, what="the first report")
+    body = operator.reports[0].body
+    assert body["serverExposed"] is exposed
+    port = mcp.url.split(":")[2].split("/")[0]
+    assert body.get("exposedAt") == (f"{pod_ip}:{port}" if exposed else None)
 
 
 async def test_a_sidecar_without_the_pod_ip_does_not_say(
