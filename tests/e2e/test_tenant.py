@@ -183,3 +183,125 @@ def test_a_namespace_editor_cannot_get_an_unapproved_interface_ready(cluster: Cl
     approved = approver("patch", "mcpserverinterface", "weather", "--type", "merge", "-p",
                         json.dumps({"spec": {"probe": {"interval": "15s"}}}))
     assert approved.returncode == 0, approved.stderr
+
+
+# ---------------------------------------------------------------- issue 32 item 4: nothing answers past the proxy
+
+SIDE_SERVER = ("import os, subprocess, sys; subprocess.Popen([sys.executable, '/app/server.py'], "
+               "env={**os.environ, 'HOST': %r, 'PORT': %r}); os.execvp(sys.executable, [sys.executable, '/app/server.py'])")
+V6_LISTENER = ("import os, socket, subprocess, sys\n"
+               "s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)\n"
+               "s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)\n"
+               "s.bind(('::', 9000)); s.listen(8)\n"
+               "os.execvp(sys.executable, [sys.executable, '/app/server.py'])\n")
+RAW_SOCKET = ("import socket\n"
+              "try:\n    socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3)); print('raw: opened')\n"
+              "except PermissionError as error:\n    print('raw: refused', error)\n")
+
+
+def _isolate_interface(namespace: str, app: str) -> dict[str, Any]:
+    body = _interface(namespace)
+    body["metadata"]["name"] = app
+    body["spec"].update(selector={"matchLabels": {"app": app}}, enforcement="Isolate")
+    return body
+
+
+def _app_with(namespace: str, app: str, command: list[str], **service_ports: int) -> list[dict[str, Any]]:
+    objects = app_objects(app, namespace, replicas=1)
+    objects[1]["spec"]["template"]["spec"]["containers"][0]["command"] = command
+    for name, port in service_ports.items():
+        objects.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": namespace},
+                        "spec": {"selector": {"app": app}, "ports": [{"port": port, "targetPort": port}]}})
+    return objects
+
+
+def _never_verified(cluster: Cluster, app: str, what: str) -> tuple[str, str]:
+    """The pod's verdict once it is ServerExposed, checked again a few seconds later: it does not come back."""
+    verdict = eventually(lambda: (v := list(cluster.verdicts(app).values())) and v[0][1] == "ServerExposed" and v[0],
+                         what, timeout=TIMEOUT)
+    eventually(lambda: cluster.verdicts(app) and all(v == verdict for v in cluster.verdicts(app).values()) or None,
+               "the verdict to hold", timeout=10)
+    assert cluster.ready(app) == []
+    return verdict
+
+
+def test_a_second_listener_and_its_service_keep_the_pod_unverified(cluster: Cluster) -> None:
+    """The real-node finding of issue 32: the approved server on 127.0.0.1 and a second one on 0.0.0.0:8081 with
+    the deployer's own Service to it. Before: True/Verified, and an agent through that Service read the poison."""
+    cluster.apply_interface(_isolate_interface(cluster.namespace, "second"))
+    cluster.create(_app_with(cluster.namespace, "second", ["python", "-c", SIDE_SERVER % ("0.0.0.0", "8081")],
+                             **{"second-direct": 8081}))
+    assert _never_verified(cluster, "second", "the second listener found")[0] == "False"
+    [pod] = cluster.pods("second")
+    message = next(c.message for c in pod.status.conditions if c.type == "lockstep.dev/interface-verified")
+    assert "tcp 0.0.0.0:8081" in message, message
+    status = eventually(lambda: (cluster.interface("second").get("status") or {}).get("proxy", {})
+                        .get("bypassingServices"), "the bypassing Service in status", timeout=TIMEOUT)
+    assert "second-direct:8081" in status
+    assert cluster.ready_endpoints("second-direct") == set()  # not Ready: no agent is routed to it
+    checks = json.loads(cluster.lockstep("check", "--pods", "-o", "json").stdout)["checks"]
+    services = next(c for c in checks if c["name"] == "services")
+    assert services["status"] == "fail" and f"{cluster.namespace}/second-direct:8081" in services["message"]
+
+
+def test_an_ipv6_only_listener_keeps_the_pod_unverified(cluster: Cluster) -> None:
+    """[::]:9000 with IPV6_V6ONLY beside the approved server on 127.0.0.1: the old check connected to the pod's
+    IPv4 address only."""
+    cluster.apply_interface(_isolate_interface(cluster.namespace, "sixonly"))
+    cluster.create(_app_with(cluster.namespace, "sixonly", ["python", "-c", V6_LISTENER]))
+    _never_verified(cluster, "sixonly", "the IPv6 listener found")
+    [pod] = cluster.pods("sixonly")
+    message = next(c.message for c in pod.status.conditions if c.type == "lockstep.dev/interface-verified")
+    assert "tcp6 [::]:9000" in message, message
+
+
+def test_net_raw_is_dropped_in_guarded_pods_and_refused_when_asked_for(cluster: Cluster,
+                                                                       tenants: tuple[Tenant, Tenant]) -> None:
+    deployer, _ = tenants
+    asking = _plain_pod(cluster.namespace, "asking")
+    asking["spec"]["containers"][0]["securityContext"] = {"capabilities": {"add": ["NET_RAW"]}}
+    deployer.refused("create", "--dry-run=server", "-f", "-", stdin=json.dumps(asking), because="NET_RAW")
+    escalating = _plain_pod(cluster.namespace, "escalating")
+    escalating["spec"]["containers"][0]["securityContext"] = {"allowPrivilegeEscalation": True}
+    deployer.refused("create", "--dry-run=server", "-f", "-", stdin=json.dumps(escalating),
+                     because="allowPrivilegeEscalation is not false")
+
+    # A root container that says nothing: the webhook drops NET_RAW, and the kernel refuses a packet socket.
+    for namespace in (cluster.namespace, cluster.agent_namespace):
+        pod = _plain_pod(namespace, "rooted")
+        pod["spec"]["securityContext"] = {"runAsUser": 0}
+        pod["spec"]["terminationGracePeriodSeconds"] = 0
+        cluster.core.create_namespaced_pod(namespace, pod)
+    for namespace in (cluster.namespace, cluster.agent_namespace):
+        eventually(lambda ns=namespace: cluster.core.read_namespaced_pod("rooted", ns).status.phase == "Running",
+                   f"the root pod in {namespace} running", timeout=TIMEOUT)
+    guarded = cluster.core.read_namespaced_pod("rooted", cluster.namespace)
+    security = guarded.spec.containers[0].security_context
+    assert security.allow_privilege_escalation is False and "NET_RAW" in security.capabilities.drop
+    assert "raw: refused" in cluster.exec("rooted", ["python", "-c", RAW_SOCKET], "mcp")
+    # The control: the same pod where Lockstep does not guard it keeps containerd's default NET_RAW.
+    assert "raw: opened" in cluster.exec("rooted", ["python", "-c", RAW_SOCKET], "mcp", cluster.agent_namespace)
+
+
+def test_an_opted_out_counterfeit_cannot_gate_itself(cluster: Cluster, tenants: tuple[Tenant, Tenant]) -> None:
+    """poc_opt_out_counterfeit.py on the real node: Lockstep's gate, a lockstep-sidecar of the deployer's own and a
+    lockstep.dev token, in a pod that opts out, and in a namespace that never opted in."""
+    deployer, _ = tenants
+    counterfeit = _plain_pod(cluster.namespace, "counterfeit")
+    counterfeit["metadata"]["labels"]["lockstep.dev/inject"] = "disabled"
+    counterfeit["spec"].update(
+        readinessGates=[{"conditionType": "lockstep.dev/interface-verified"}],
+        initContainers=[{"name": "lockstep-sidecar", "image": IMAGE, "restartPolicy": "Always",
+                         "command": ["sleep", "3600"], "volumeMounts": [{"name": "lockstep-token",
+                                                                         "mountPath": "/var/run/secrets/lockstep.dev"}]}],
+        volumes=[{"name": "lockstep-token", "projected": {"sources": [{"serviceAccountToken": {
+            "audience": "lockstep.dev", "path": "token", "expirationSeconds": 600}}]}}])
+    deployer.refused("create", "--dry-run=server", "-f", "-", stdin=json.dumps(counterfeit))
+    elsewhere = json.loads(json.dumps(counterfeit))
+    elsewhere["metadata"].update(namespace=cluster.agent_namespace)
+    del elsewhere["metadata"]["labels"]["lockstep.dev/inject"]
+    admin = Tenant(cluster.agent_namespace, "")
+    admin.refused("create", "--dry-run=server", "-f", "-", stdin=json.dumps(elsewhere),
+                  because="this pod is not one Lockstep injects")
+    plain = _plain_pod(cluster.agent_namespace, "plain")
+    assert admin("create", "--dry-run=server", "-f", "-", stdin=json.dumps(plain)).returncode == 0
