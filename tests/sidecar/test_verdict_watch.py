@@ -131,3 +131,19 @@ def sidecar_tls(cluster: Cluster) -> Any:
 
     return SidecarSettings.from_env({"LOCKSTEP_OPERATOR_URL": "https://x",
                                      "LOCKSTEP_OPERATOR_CA": cluster.certificates.ca_pem}).ssl_context()
+
+
+async def test_the_interface_deleted_while_the_pod_serves_isolates_the_proxy_through_the_watch(
+        cluster: Cluster, mcp: McpServerHandle, tmp_path: Path) -> None:
+    """No interface selects the pod any more: the operator writes False, and the pod's watch is refused 403
+    NotSelected (the same refusal as a report's), which isolates the proxy."""
+    _, pod = await serving_pod(cluster, mcp, "Isolate")
+    async with start_pod(cluster, pod, tmp_path) as sidecar:
+        proxy = sidecar.proxy
+        assert proxy is not None
+        await eventually(lambda: sidecar.reporter.last_delivery and proxy.isolated is None, what="the pod verified")
+        delivered = sidecar.reporter.last_delivery
+        async with cluster.api.delete(f"{RESOURCE}/weather") as answer:
+            assert answer.status < 300
+        await eventually(lambda: proxy.isolated == "NotSelected", what="the proxy to isolate")
+        assert sidecar.reporter.last_delivery is delivered
