@@ -5,6 +5,7 @@ an approver brings the pod back."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import copy
 import datetime
@@ -28,7 +29,7 @@ from lockstep.demo.control_plane import ControlPlane, ControlPlaneError
 from lockstep.demo.kubelet import Kubelet
 from lockstep.reader import read_interface
 
-ALICE, BOB = generate_key(), generate_key()
+ALICE, BOB, CAROL = generate_key(), generate_key(), generate_key()
 
 
 @pytest.fixture
@@ -52,12 +53,12 @@ async def mcp() -> AsyncIterator[McpServerHandle]:
         yield handle
 
 
-def sign(manifest: dict[str, Any], sequence: int, *keys: Any) -> dict[str, Any]:
+def sign(manifest: dict[str, Any], sequence: int, *keys: Any, days: int = 1) -> dict[str, Any]:
     signed = copy.deepcopy(manifest)
     metadata = signed["metadata"]
     for entry in signed["spec"]["approved"]:
         statement = ApprovalStatement.of(Revision.from_spec(entry), metadata["namespace"], metadata["name"], sequence,
-                                         datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=1))
+                                         datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=days))
         approval = SignedApproval.create(statement, signer_of_pem(keys[0].private_pem))
         for key in keys[1:]:
             approval = approval.add_signature(signer_of_pem(key.private_pem))
@@ -74,7 +75,9 @@ async def snapshot(mcp: McpServerHandle, namespace: str) -> dict[str, Any]:
 
 
 def replace(plane: ControlPlane, live: dict[str, Any]) -> None:
-    plane.call("PUT", api_path("MCPServerInterface", live["metadata"]["namespace"], live["metadata"]["name"]), live)
+    """A merge patch of spec.approved (the operator writes the status meanwhile: a PUT of what was read may 409)."""
+    plane.call("PATCH", api_path("MCPServerInterface", live["metadata"]["namespace"], live["metadata"]["name"]),
+               {"spec": {"approved": live["spec"]["approved"]}}, content_type="application/merge-patch+json")
 
 
 def gate(plane: ControlPlane, namespace: str) -> dict[str, Any]:
@@ -183,3 +186,97 @@ def test_neither_a_namespace_editor_nor_the_gitops_account_can_change_the_trust_
         assert call("POST", api_path("MCPApprovalPolicy"), {**approval_policy, "metadata": {"name": f"own-{account}"},
                                                             "spec": {"keys": [own_key]}}) == 403, account
     assert plane.call("GET", path)["spec"] == approval_policy["spec"]
+
+
+def three_approvers(namespace: str, threshold: int, **windows: dict[str, str]) -> dict[str, Any]:
+    keys = [{"name": name, "publicKey": pair.public_pem.decode(), **windows.get(name, {})}
+            for name, pair in (("alice", ALICE), ("bob", BOB), ("carol", CAROL))]
+    return {"apiVersion": "lockstep.dev/v1alpha1", "kind": "MCPApprovalPolicy",
+            "metadata": {"name": f"approvers-{namespace}"},
+            "spec": {"threshold": threshold, "keys": keys, "scopes": [{"namespaces": [namespace], "mode": "Enforce"}]}}
+
+
+def refused(plane: ControlPlane, manifest: dict[str, Any]) -> str:
+    with pytest.raises(ControlPlaneError) as error:
+        apply(plane, manifest)
+    return str(error.value)
+
+
+async def test_each_forgery_of_an_approval_is_refused_at_admission(
+        control_plane: ControlPlane, lockstep: Installation, namespace: str, mcp: McpServerHandle) -> None:
+    """Through the real API server's admission chain: a statement replayed from another namespace or resource, an
+    expired one, one signed by a retired key, 1 of 3 where 2 are required, and a lower sequence once a higher one
+    was applied; 2 of 3 is admitted."""
+    plane = control_plane
+    name = f"approvers-{namespace}"
+    apply(plane, three_approvers(namespace, 2, carol={"notAfter": "2026-01-01T00:00:00Z"}))
+    try:
+        clean = await snapshot(mcp, namespace)
+        other_namespace = sign({**clean, "metadata": {**clean["metadata"], "namespace": "elsewhere"}}, 1, ALICE, BOB)
+        replayed = copy.deepcopy(clean)
+        replayed["spec"]["approved"][0][ATTESTATION_FIELD] = other_namespace["spec"]["approved"][0][ATTESTATION_FIELD]
+        assert "WrongSubject" in refused(plane, replayed)
+        other_resource = sign({**clean, "metadata": {**clean["metadata"], "name": "news"}}, 1, ALICE, BOB)
+        replayed["spec"]["approved"][0][ATTESTATION_FIELD] = other_resource["spec"]["approved"][0][ATTESTATION_FIELD]
+        assert "WrongSubject" in refused(plane, replayed)
+        assert "Expired" in refused(plane, sign(clean, 1, ALICE, BOB, days=-1))
+        assert "1 of 2 required" in refused(plane, sign(clean, 1, ALICE, CAROL))  # carol's key is retired
+        assert "1 of 2 required" in refused(plane, sign(clean, 1, ALICE))
+        apply(plane, sign(clean, 5, ALICE, BOB))  # 2 of 3: admitted
+        await eventually(lambda: (plane.call("GET", api_path("MCPApprovalPolicy", name=name)).get("status") or {})
+                         .get("floors", {}).get(f"{namespace}/weather") == 5, 30, "the floor recorded")
+        with pytest.raises(ControlPlaneError) as rolled_back:
+            live = plane.call("GET", api_path("MCPServerInterface", namespace, "weather"))
+            live["spec"]["approved"] = sign(clean, 4, ALICE, BOB)["spec"]["approved"]
+            replace(plane, live)
+        assert "RolledBack" in str(rolled_back.value)
+        # Deleted and created again from the older manifest: the floor is the policy's, not the resource's.
+        plane.call("DELETE", api_path("MCPServerInterface", namespace, "weather"))
+        assert "RolledBack" in refused(plane, sign(clean, 4, ALICE, BOB))
+    finally:
+        with contextlib.suppress(ControlPlaneError):
+            plane.call("DELETE", api_path("MCPApprovalPolicy", name=name))
+
+
+async def test_a_key_rotated_while_pods_serve_loses_no_ready_pod(
+        control_plane: ControlPlane, lockstep: Installation, kubelet: Kubelet, namespace: str,
+        mcp: McpServerHandle) -> None:
+    """Alice's key is replaced by Carol's: Carol's key is added, the revision re-signed by both, Alice's key retired
+    in the policy. The pod is never cut on the way (every condition the API server held for it is True)."""
+    plane = control_plane
+    name = f"approvers-{namespace}"
+    apply(plane, three_approvers(namespace, 1))
+    try:
+        clean = await snapshot(mcp, namespace)
+        apply(plane, sign(clean, 1, ALICE))
+        apply(plane, weather_pod(namespace, "weather-0"))
+        await kubelet.start_pod(namespace, "weather-0", {"server": None}, mcp_port=mcp.port)
+        await eventually(lambda: gate(plane, namespace).get("status") == "True", 30, "verified")
+        seen: list[str] = []
+
+        async def watch_gate() -> None:
+            while True:
+                seen.append(gate(plane, namespace).get("status", "?"))
+                await asyncio.sleep(0.2)
+
+        watcher = asyncio.create_task(watch_gate())
+        try:
+            live = plane.call("GET", api_path("MCPServerInterface", namespace, "weather"))
+            live["spec"]["approved"] = sign(clean, 2, ALICE, CAROL)["spec"]["approved"]
+            replace(plane, live)
+            rotated = three_approvers(namespace, 1, alice={"notAfter": "2026-01-01T00:00:00Z"})
+            plane.call("PATCH", api_path("MCPApprovalPolicy", name=name), {"spec": rotated["spec"]},
+                       content_type="application/merge-patch+json")
+            await asyncio.sleep(3)  # the operator judged the pod again under the new policy (several rounds)
+        finally:
+            watcher.cancel()
+        assert seen and set(seen) == {"True"}, seen
+        # And the rotation really happened: a statement signed by Alice alone is now refused.
+        live = plane.call("GET", api_path("MCPServerInterface", namespace, "weather"))
+        live["spec"]["approved"] = sign(clean, 3, ALICE)["spec"]["approved"]
+        with pytest.raises(ControlPlaneError) as retired:
+            replace(plane, live)
+        assert "0 of 1 required" in str(retired.value) and "alice is outside its validity window" in str(retired.value)
+    finally:
+        with contextlib.suppress(ControlPlaneError):
+            plane.call("DELETE", api_path("MCPApprovalPolicy", name=name))
