@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import datetime
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -37,7 +38,7 @@ from lockstep.core.diff import (
 )
 from lockstep.core.conditions import CONDITION_TYPE as CONDITION
 from lockstep.core.conditions import DRIFT_REASONS
-from lockstep.core.names import GROUP, KIND, PLURAL, SHORT_NAME, VERSION
+from lockstep.core.names import GROUP, KIND, PLURAL, POLICY_KIND, POLICY_PLURAL, SHORT_NAME, VERSION
 from lockstep.core.revision import Revision
 
 __all__ = ["Cluster", "ClusterTarget", "cluster_options", "diff_resource", "parse_resource", "with_referenced_definitions"]
@@ -93,6 +94,15 @@ class Cluster:
             GROUP, VERSION, self.namespace, PLURAL, name, dict(patch), field_manager=FIELD_MANAGER,
             _content_type="application/merge-patch+json", _request_timeout=REQUEST_TIMEOUT))
         return dict(patched)
+
+    def approval_policies(self) -> list[dict[str, Any]]:
+        """Every MCPApprovalPolicy (cluster-scoped); none when the CRD is not installed or they may not be read."""
+        try:
+            found = self._call("list", POLICY_PLURAL, lambda: self._objects.list_cluster_custom_object(
+                GROUP, VERSION, POLICY_PLURAL, _request_timeout=REQUEST_TIMEOUT), kind=POLICY_KIND)
+        except ClusterError:
+            return []
+        return [dict(item) for item in found.get("items") or []]
 
     def get_configmap_data(self, name: str) -> dict[str, str]:
         """The ``data`` of the ConfigMap ``name`` of this namespace."""
@@ -322,15 +332,17 @@ def diff_resource(resource_arg: str, target: ClusterTarget, *, as_json: bool, co
         # The operator writes a pod's condition at once and the resource's status within seconds: a pod
         # held out for drift that the status does not show yet is drift all the same (exit 1, not 0).
         held_out = [] if unapproved else _held_out(cluster, resource)
+        policies = cluster.approval_policies()
     _, notes = approved_revisions(resource)
     notes += unread
     notes += [f"pod {pod} is held out ({reason}) with a revision the status does not show yet; the operator "
               "writes it within seconds: run this again for the diff" for pod, reason in held_out]
     if as_json:
-        click.echo(dump_json(_diff_document(resource, drifts, notes)), nl=False)
+        click.echo(dump_json(_diff_document(resource, drifts, notes, policies)), nl=False)
     else:
         # click.echo strips ANSI codes when stdout is no terminal, unless told otherwise (--color always)
-        click.echo(render_resource_drift(resource, drifts, notes, color=color), nl=False, color=color or None)
+        click.echo(render_resource_drift(resource, drifts, notes, color=color, policies=policies), nl=False,
+                   color=color or None)
     return 1 if unapproved or held_out else 0
 
 
@@ -343,19 +355,59 @@ def _held_out(cluster: Cluster, resource: Mapping[str, Any]) -> list[tuple[str, 
 
 
 def _diff_document(resource: Mapping[str, Any], drifts: Sequence[ObservedDrift],
-                   notes: Sequence[str]) -> dict[str, Any]:
+                   notes: Sequence[str], policies: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any]:
     metadata = resource.get("metadata") or {}
     status = resource.get("status") or {}
     return {
         "name": metadata.get("name"), "namespace": metadata.get("namespace"),
         "phase": status.get("phase"), "podsReady": status.get("podsReady"),
         "approved": [str(entry.get("digest")) for entry in (resource.get("spec") or {}).get("approved") or []],
+        "signatures": {digest: line for digest, line in signature_lines(resource, policies).items()},
         "notes": list(notes), "observed": [drift.to_dict() for drift in drifts],
     }
 
 
+def signature_lines(resource: Mapping[str, Any], policies: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Approved revision -> who signed it: the approvers' names and whether the policies trust it, where the
+    MCPApprovalPolicy objects could be read; else the statement's sequence and the signing key ids."""
+    from lockstep.core.signed_approval import ATTESTATION_FIELD, MalformedAttestationError, SignedApproval
+    from lockstep.core.trust_policy import BrokenPolicy, PolicyError, TrustPolicy, decide_trust
+
+    metadata = resource.get("metadata") or {}
+    namespace, name = str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+    entries = (resource.get("spec") or {}).get("approved") or []
+    parsed: list[TrustPolicy | BrokenPolicy] = []
+    for body in policies:
+        try:
+            parsed.append(TrustPolicy.from_resource(body))
+        except PolicyError as error:
+            parsed.append(BrokenPolicy(str((body.get("metadata") or {}).get("name")), str(error)))
+    decision = decide_trust(entries, namespace, name, parsed, datetime.datetime.now(datetime.UTC)) if parsed else None
+    lines: dict[str, str] = {}
+    for entry in entries:
+        digest = str(entry.get("digest"))
+        try:
+            signed = SignedApproval.from_dict(entry[ATTESTATION_FIELD]) if entry.get(ATTESTATION_FIELD) else None
+            statement = signed.statement if signed is not None else None
+        except MalformedAttestationError as error:
+            lines[digest] = f"attestation unreadable: {error}"
+            continue
+        if decision is not None and decision.enforced and not decision.trusts(digest):
+            lines[digest] = f"NOT TRUSTED: {decision.untrusted[digest]}"
+        elif decision is not None and decision.signers.get(digest):
+            lines[digest] = f"signed by {', '.join(decision.signers[digest])}" + (
+                f" (sequence {statement.sequence}, until {statement.not_after:%Y-%m-%d})" if statement else "")
+        elif signed is not None and statement is not None:
+            keys = ", ".join(keyid[:12] for keyid in sorted(signed.envelope.signatures))
+            lines[digest] = (f"signed (sequence {statement.sequence}, until {statement.not_after:%Y-%m-%d}) by key(s) "
+                             f"{keys}")
+        else:
+            lines[digest] = "unsigned"
+    return lines
+
+
 def render_resource_drift(resource: Mapping[str, Any], drifts: Sequence[ObservedDrift], notes: Sequence[str],
-                          *, color: bool) -> str:
+                          *, color: bool, policies: Sequence[Mapping[str, Any]] = ()) -> str:
     """The text form of ``lockstep diff RESOURCE``."""
     metadata = resource.get("metadata") or {}
     status = resource.get("status") or {}
@@ -363,7 +415,11 @@ def render_resource_drift(resource: Mapping[str, Any], drifts: Sequence[Observed
     bold = (lambda text: f"{_BOLD}{text}{_RESET}") if color else (lambda text: text)
     lines = [bold(f"{KIND} {metadata.get('namespace')}/{metadata.get('name')}") +
              f": {status.get('phase') or 'no status yet'}, {status.get('podsReady') or '0/0'} pods ready"]
-    lines += [f"approved: {digest}" for digest in approved] or ["approved: none"]
+    signatures = signature_lines(resource, policies) if policies or any(
+        isinstance(entry, Mapping) and entry.get("attestation") for entry in (resource.get("spec") or {}).get("approved") or []) \
+        else {}
+    lines += [f"approved: {digest}" + (f" ({signatures[digest]})" if digest in signatures else "")
+              for digest in approved] or ["approved: none"]
     trusted = status.get("trusted")
     if isinstance(trusted, Mapping) and trusted.get("digest"):
         lines.append(f"trusted on first use: {trusted['digest']} (pin it: lockstep approve "

@@ -19,12 +19,13 @@ import aiohttp.web
 import attrs
 import kmock
 
-from lockstep.core.names import API_VERSION, KIND, PLURAL, TOKEN_AUDIENCE
+from lockstep.core.names import API_VERSION, KIND, PLURAL, POLICY_KIND, POLICY_PLURAL, TOKEN_AUDIENCE
 from lockstep.operator.shard import LabelSelector
 
-__all__ = ["CRD_RESOURCE", "Emulator", "Identity", "TokenBook", "declare_resources", "jwt_shaped"]
+__all__ = ["CRD_RESOURCE", "POLICY_RESOURCE", "Emulator", "Identity", "TokenBook", "declare_resources", "jwt_shaped"]
 
 CRD_RESOURCE = f"{API_VERSION}/{PLURAL}"
+POLICY_RESOURCE = f"{API_VERSION}/{POLICY_PLURAL}"
 TOKEN_REVIEWS_PATH = "/apis/authentication.k8s.io/v1/tokenreviews"
 
 
@@ -95,6 +96,9 @@ def declare_resources(emulator: Any) -> None:
     emulator.resources.load_bundled()
     emulator.resources[CRD_RESOURCE] = kmock.ResourceInfo(
         kind=KIND, singular=KIND.lower(), namespaced=True,
+        verbs={"get", "list", "watch", "create", "patch", "update", "delete"}, subresources={"status"})
+    emulator.resources[POLICY_RESOURCE] = kmock.ResourceInfo(
+        kind=POLICY_KIND, singular=POLICY_KIND.lower(), namespaced=False,
         verbs={"get", "list", "watch", "create", "patch", "update", "delete"}, subresources={"status"})
 
 

@@ -146,3 +146,33 @@ async def test_a_pod_held_out_before_the_status_shows_its_revision_is_drift(clus
     result = await cluster.lockstep("diff", "weather")
     assert result.exit_code == 1, result.output
     assert "pod weather-0 is held out (InterfaceChanged)" in result.stdout and "run this again" in result.stdout
+
+
+async def test_diff_says_who_signed_each_approved_revision(cluster, clean):
+    """Issue 33: with an MCPApprovalPolicy in the cluster, each approved revision names its approvers, or why the
+    policy does not trust it; without one readable, the statement's sequence and key ids."""
+    import datetime
+
+    from lockstep.core.approver_keys import generate_key, signer_of_pem
+    from lockstep.core.signed_approval import ATTESTATION_FIELD, ApprovalStatement, SignedApproval
+    from lockstep.demo.emulator import POLICY_RESOURCE
+
+    alice = generate_key()
+    pulled = await read_weather(weather.rug_pull)
+    manifest = interface_manifest([clean, pulled])
+    first = manifest["spec"]["approved"][0]
+    statement = ApprovalStatement.of(Revision.from_spec(first), "agents", "weather", 1,
+                                     datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=9))
+    first[ATTESTATION_FIELD] = SignedApproval.create(statement, signer_of_pem(alice.private_pem)).to_dict()
+    await cluster.put(with_status(manifest, {"weather-0": clean}))
+    unnamed = (await cluster.lockstep("diff", "weather")).stdout
+    assert f"approved: {first['digest']} (signed (sequence 1, until " in unnamed
+    assert f"by key(s) {alice.keyid[:12]})" in unnamed
+    assert f"approved: {Revision.of(pulled).aggregate} (unsigned)" in unnamed
+    cluster.emulator.objects[POLICY_RESOURCE, None, "approvers"] = {
+        "apiVersion": "lockstep.dev/v1alpha1", "kind": "MCPApprovalPolicy", "metadata": {"name": "approvers"},
+        "spec": {"keys": [{"name": "alice", "publicKey": alice.public_pem.decode()}],
+                 "scopes": [{"namespaces": ["agents"], "mode": "Enforce"}]}}
+    named = (await cluster.lockstep("diff", "weather")).stdout
+    assert f"approved: {first['digest']} (signed by alice (sequence 1, until " in named
+    assert f"approved: {Revision.of(pulled).aggregate} (NOT TRUSTED: Unsigned: no attestation" in named
