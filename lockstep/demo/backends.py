@@ -91,6 +91,12 @@ class RealBackend:
 
         apply(self.plane, body)
 
+    async def apply_policy(self, body: dict[str, Any]) -> None:
+        """An MCPApprovalPolicy, as a cluster administrator applies it."""
+        from lockstep.demo.install import apply
+
+        apply(self.plane, body)
+
     async def create_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
         from lockstep.demo.install import apply
 
@@ -183,6 +189,11 @@ class EmulatedBackend:
         body = copy.deepcopy(body)  # kmock adds no uid, generation or resourceVersion
         body["metadata"].update(uid="uid-" + body["metadata"]["name"], generation=1, resourceVersion="1")
         await self.cluster.create(f"/apis/lockstep.dev/v1alpha1/namespaces/{NAMESPACE}/mcpserverinterfaces", body)
+
+    async def apply_policy(self, body: dict[str, Any]) -> None:
+        body = copy.deepcopy(body)
+        body["metadata"].update(uid="uid-" + body["metadata"]["name"], generation=1, resourceVersion="1")
+        await self.cluster.create("/apis/lockstep.dev/v1alpha1/mcpapprovalpolicies", body)
 
     async def create_pod(self, pod: dict[str, Any]) -> dict[str, Any]:
         admitted = await self.cluster.admit(pod)  # the webhook over HTTPS, as kube-apiserver calls it

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from lockstep.core.names import API_VERSION, POLICY_KIND
 from lockstep.demo.agent import AGENT_INTERVAL, ConnectedAgent
 from lockstep.demo.backends import (
     GATE,
@@ -53,11 +54,14 @@ async def story(backend: Backend, narrator: Narrator, folder: Path, keep: bool) 
     finally:
         reference.terminate()
         await reference.wait()
-    manifest = yaml.safe_load(manifest_text)
     (folder / "weather.yaml").write_text(manifest_text)
+    key = await _enforce_signed_approvals(backend, narrator, folder)
+    await run_cli(narrator, "sign", str(folder / "weather.yaml"), "--key", str(key), expect=0)
+    manifest = yaml.safe_load((folder / "weather.yaml").read_text())
     await backend.apply(manifest)
     narrator.say(f"pinned: MCPServerInterface {NAMESPACE}/weather approves revision "
-                 f"{manifest['spec']['approved'][0]['digest'][:19]}… (written to {folder / 'weather.yaml'})")
+                 f"{manifest['spec']['approved'][0]['digest'][:19]}…, signed by the approver "
+                 f"(written to {folder / 'weather.yaml'})")
 
     admitted = await backend.create_pod(weather_pod())
     sidecars = [c["name"] for c in admitted["spec"].get("initContainers") or []]
@@ -91,14 +95,14 @@ async def story(backend: Backend, narrator: Narrator, folder: Path, keep: bool) 
 
     kube = ["--kubeconfig", str(backend.kubeconfig)]
     await run_cli(narrator, "diff", "weather", "-n", NAMESPACE, *kube, expect=1)
-    await run_cli(narrator, "approve", "weather", "-n", NAMESPACE, "--apply", *kube, expect=0)
+    await run_cli(narrator, "approve", "weather", "-n", NAMESPACE, "--apply", "--sign", str(key), *kube, expect=0)
     await narrator.until("the operator re-judges the pod's last report against the new revision",
                          lambda: (pod_condition(backend.pod("weather-0"), GATE) or {}).get("status") == "True")
     await narrator.until("the pod is back in Service agents/weather", lambda: backend.in_service("weather-0") is True)
     print(f"""
 Done: pinned → verified and in the Service → rug pull caught in {caught_ms:.0f} ms, pod out of the Service,
 the agent connected through the in-line proxy refused, never poisoned → reviewed with lockstep diff →
-approved with lockstep approve → back in the Service.
+approved and signed with lockstep approve --sign → back in the Service.
 
 Where to go next:
   • put it on a cluster:       helm install lockstep charts/lockstep (docs/helm.md)
@@ -109,6 +113,20 @@ Where to go next:
         print(f"\nStill running (--keep): metrics at {backend.metrics_url}, kubeconfig {backend.kubeconfig}. "
               "Ctrl-C stops.", flush=True)
         await asyncio.Event().wait()
+
+
+async def _enforce_signed_approvals(backend: Backend, narrator: Narrator, folder: Path) -> Path:
+    """The approver's key, and an MCPApprovalPolicy that makes the operator trust only what that key signed in the
+    demo's namespace (docs/gitops.md, "Two approvers"). Returns the private key's path."""
+    entry = await run_cli(narrator, "keys", "generate", "approver", "--out", str(folder), expect=0)
+    policy = {"apiVersion": API_VERSION, "kind": POLICY_KIND, "metadata": {"name": "demo-approvers"},
+              "spec": {"threshold": 1, "keys": yaml.safe_load(entry),
+                       "scopes": [{"namespaces": [NAMESPACE], "mode": "Enforce"}]}}
+    (folder / "approvers.yaml").write_text(yaml.safe_dump(policy, sort_keys=False))
+    await backend.apply_policy(policy)
+    narrator.say(f"MCPApprovalPolicy demo-approvers: in namespace {NAMESPACE} only revisions signed by the "
+                 "approver's key are trusted, whoever writes the resource")
+    return folder / "approver.key"
 
 
 async def rug_pull_story(backend: Backend, narrator: Narrator, agent: ConnectedAgent,
