@@ -150,6 +150,7 @@ class Reconciler:
         for pod in self.cache.pods():
             self._restore_track(pod)
         state.dirty.update(gained)
+        self.pulses.wake_all()  # a watch of a pod handed over is answered, and asked again of its new owner
         if gained or lost:
             logger.info("Owner of %d resources now (%d gained, %d handed over).", len(owned), len(gained), len(lost))
 

@@ -184,6 +184,8 @@ class VerdictWatch:
         deadline = loop.time() + self.wait
         while True:
             pod = self._pod(identity)
+            if not self.server.reconciler.ownership.owns_pod(pod):
+                return None  # handed over meanwhile: asked again, this replica names the owner (421)
             pulse = self.pulses.event(pod.key)
             notice = self._notice(pod)
             remaining = deadline - loop.time()
