@@ -181,8 +181,9 @@ class InterfacePolicy:
     # ------------------------------------------------------------ what the probe sees
 
     def observed(self, interface: Interface) -> None:
-        """The sidecar's probe read ``interface`` just now: a call to a component whose observed definition
-        is not approved is refused, for every caller, until the server is seen serving an approved one."""
+        """The sidecar's probe read ``interface`` just now (it replaces the previous view): a call to a component
+        whose observed definition is not approved is refused, for every caller, until a later observation
+        shows an approved one or the approval covers this one. Call it on every successful probe."""
         self._memory.observed = {(component.kind, component.name): component.definition for component in interface}
 
     # ------------------------------------------------------------ server messages
