@@ -26,11 +26,19 @@ def sidecar_command(log_level: str) -> None:
     """Measure the MCP server in this pod and report to the Lockstep operator.
 
     Settings come from the LOCKSTEP_* environment that the webhook injects
-    (see docs/sidecar.md). Runs until SIGTERM; never exits on its own.
+    (see docs/sidecar.md). Runs until SIGTERM; exits (status 1) only when its
+    in-line proxy cannot have its port on every address family of the pod.
     """
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     skip_package_inits()  # before the reader imports the mcp SDK: the sidecar needs its client half only
-    asyncio.run(_main())
+    from lockstep.proxy.app import ProxyBindError
+
+    try:
+        asyncio.run(_main())
+    except ProxyBindError as error:
+        # Something else answers agents on the proxy's port: never become Ready (the container restarts).
+        logger.error("The in-line proxy cannot listen: %s", error)
+        raise SystemExit(1) from None
 
 
 async def _main() -> None:

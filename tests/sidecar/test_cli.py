@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx2
+import pytest
 from lockstep_testing.loopback import Certificates, McpServerHandle, OperatorStandIn, sidecar_env
 from lockstep_testing.polling import eventually
 
@@ -72,3 +73,28 @@ async def test_unusable_settings_keep_the_container_alive_and_say_why(token_file
         assert await asyncio.wait_for(process.wait(), 20) == 0
         assert process.stderr is not None
         assert b"LOCKSTEP_MCP_TRANSPORT" in await process.stderr.read()
+
+
+async def test_a_proxy_port_taken_on_ipv6_makes_the_process_exit_without_reporting(
+        mcp: McpServerHandle, operator: OperatorStandIn, certificates: Certificates, token_file: Path) -> None:
+    """The application bound [::]:<proxy port> (IPv6 only) before the sidecar: IPv6 agents would reach it. The
+    sidecar exits (status 1, the container restarts) instead of serving IPv4 alone; the pod is never Ready."""
+    try:
+        squat = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+    except OSError:
+        pytest.skip("this host has no IPv6")
+    with squat:
+        squat.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        try:
+            squat.bind(("::", 0))
+        except OSError:
+            pytest.skip("this host has no IPv6")
+        squat.listen()
+        port = squat.getsockname()[1]
+        env = sidecar_env(mcp.url, operator.url, certificates.ca_pem, token_file, LOCKSTEP_SIDECAR_PORT=str(free_port()),
+                          LOCKSTEP_PROXY_PORT=str(port), LOCKSTEP_PROXY_MODE="isolate")
+        async with sidecar_process(env) as process:
+            assert await asyncio.wait_for(process.wait(), 30) == 1
+            assert process.stderr is not None
+            assert b"The in-line proxy cannot listen" in await process.stderr.read()
+    assert operator.reports == []
