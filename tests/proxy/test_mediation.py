@@ -65,7 +65,7 @@ def response(request_id: Any, result: dict[str, Any], **extra: Any) -> dict[str,
 
 
 def init_result(instructions: str) -> dict[str, Any]:
-    return {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}, "prompts": {}},
+    return {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
             "serverInfo": {"name": "weather", "version": "1"}, "instructions": instructions}
 
 
@@ -229,6 +229,22 @@ async def test_sampling_tools_reach_the_model_only_when_approved(mode: str) -> N
         assert NAMED_POISON["name"] not in str(outcome)
     assert {(f.verdict.reason, f.method) for f in proxy.findings} == {
         (GateReason.CHANGED, "sampling/createMessage"), (GateReason.UNAPPROVED, "sampling/createMessage")}
+
+
+@needs_node
+@pytest.mark.parametrize("mode", ["block", "quarantine"])
+async def test_the_typescript_sdk_clients_sampling_handler_gets_no_unapproved_tool(mode: str) -> None:
+    """Block drops the request (the TypeScript SDK discards the error with no id and its call completes);
+    quarantine passes it without the unapproved tools (list.mjs records only that the handler ran)."""
+    server = Smuggler({}, poisoned=False, call_events=[sampling_request([CLEAN_TOOL, POISONED_TOOL])])
+    async with serve_mcp(server) as upstream:
+        direct = await run_ts_client(upstream, capabilities=["sampling"], call="get_forecast", timeout=5)
+        async with running_proxy(upstream, [APPROVED], mode=mode) as proxy:
+            proxied = await run_ts_client(proxy.url, capabilities=["sampling"], call="get_forecast", timeout=5)
+    assert direct.data["serverRequests"] == ["sampling/createMessage"]  # the premise: the handler runs
+    assert proxied.data["serverRequests"] == ([] if mode == "block" else ["sampling/createMessage"])
+    assert "result" in proxied.data["call"], proxied.data["call"]
+    assert {f.verdict.reason for f in proxy.findings} == {GateReason.CHANGED}
 
 
 def test_tool_definitions_inside_input_requests_are_judged() -> None:
