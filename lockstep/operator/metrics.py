@@ -72,6 +72,11 @@ class Metrics:
             "lockstep_proxy_bypassing_services",
             "Service ports that select the pods of an enforcement Quarantine resource but target a port other "
             "than the proxy's (lockstep-mcp).", ["namespace", "interface"], registry=self.registry)
+        self.approvals_untrusted = Gauge(
+            "lockstep_approvals_untrusted",
+            "Approved revisions of a resource that no signed approval vouches for under an Enforce MCPApprovalPolicy "
+            "(unsigned, altered, expired, rolled back, too few signatures): no pod verifies against them.",
+            ["namespace", "interface"], registry=self.registry)
         self.verdict_writes_failed = Counter(
             "lockstep_verdict_writes_failed_total",
             "Pod condition writes the API server did not take (each is retried until it lands or the pod is gone).",
@@ -117,6 +122,7 @@ class Metrics:
         self.set_findings(namespace, interface, {})
         _remove(self.last_verification, namespace, interface)
         _remove(self.proxy_bypassing, namespace, interface)
+        _remove(self.approvals_untrusted, namespace, interface)
 
     async def serve(self, request: web.Request) -> web.Response:
         return web.Response(body=exposition(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})

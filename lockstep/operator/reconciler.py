@@ -207,9 +207,14 @@ class Reconciler:
             if record is None or record.policy.judging_key == policy.judging_key:
                 continue
             record.policy = policy
+            self._count_untrusted(policy)
             self.state.dirty.add(key)
             if self.synced.is_set() and self.ownership.owns_resource(key):
                 await self._judge_all(self.cache.selected_pods(*key))
+
+    def _count_untrusted(self, policy: Policy) -> None:
+        if policy.untrusted or self.approval_trust.active:
+            self.metrics.approvals_untrusted.labels(policy.namespace, policy.name).set(len(policy.untrusted))
 
     async def leave_shard(self, body: Mapping[str, Any]) -> None:
         """A resource relabelled out of this operator's --watch-label-selector is deleted as far as this
@@ -224,6 +229,7 @@ class Reconciler:
     def _put_resource(self, body: Mapping[str, Any]) -> tuple[ResourceRecord | None, ResourceRecord]:
         # Only what a signed approval vouches for, where an MCPApprovalPolicy enforces (lockstep.operator.approval_trust).
         policy = self.approval_trust.judged(Policy.from_resource(body), (body.get("spec") or {}).get("approved") or [])
+        self._count_untrusted(policy)
         key = (policy.namespace, policy.name)
         status = dict(body.get("status") or {})
         resource = self.state.resources.get(key)

@@ -140,3 +140,4 @@ def test_a_policy_that_does_not_parse_trusts_nothing() -> None:
     body = signed(manifest(), ALICE)
     judged = trust_with(broken).judged(Policy.from_resource(body), body["spec"]["approved"])
     assert judged.approved == () and "PolicyInvalid" in next(iter(judged.untrusted.values()))
+
