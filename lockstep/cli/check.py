@@ -377,10 +377,17 @@ def _bypassing_services(context: Context) -> list[tuple[str, str]]:
     return found
 
 
+def check_approvals(context: Context) -> Iterator[CheckResult]:
+    """The signed-approval policies and what they would refuse (lockstep.cli.check_approvals)."""
+    from lockstep.cli.check_approvals import check_approvals as approvals
+
+    yield from approvals(context)
+
+
 PRE_CHECKS: tuple[Check, ...] = (check_kubernetes_version, check_install_rights, check_clock_skew)
 INSTALLED_CHECKS: tuple[Check, ...] = (check_kubernetes_version, check_crd, check_operator, check_webhooks,
                                        check_admission_policies, check_certificates, check_clock_skew,
-                                       check_pod_security)
+                                       check_pod_security, check_approvals)
 POD_CHECKS: tuple[Check, ...] = (check_pods, check_services)
 
 

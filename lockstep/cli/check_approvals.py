@@ -20,6 +20,7 @@ from lockstep.core.trust_policy import (
 
 __all__ = ["KEY_WARN_DAYS", "approval_results", "check_approvals"]
 
+
 NAME = "approvals"
 #: An approver key that stops counting within this many days is reported (rotate it: docs/gitops.md).
 KEY_WARN_DAYS = 30
