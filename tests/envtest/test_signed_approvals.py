@@ -19,7 +19,7 @@ from lockstep_testing.lockstep_install import Installation, api_path, apply
 from lockstep_testing.loopback import McpServerHandle
 from lockstep_testing.mcp_servers import MutableServer
 from lockstep_testing.polling import eventually
-from lockstep_testing.tenant import DEPLOYER, call_as, deployer_objects
+from lockstep_testing.tenant import APPROVER, DEPLOYER, approver_objects, call_as, deployer_objects
 
 from lockstep.core.approver_keys import generate_key, signer_of_pem
 from lockstep.core.manifest import build_manifest
@@ -223,6 +223,19 @@ async def test_each_forgery_of_an_approval_is_refused_at_admission(
         assert "1 of 2 required" in refused(plane, sign(clean, 1, ALICE, CAROL))  # carol's key is retired
         assert "1 of 2 required" in refused(plane, sign(clean, 1, ALICE))
         apply(plane, sign(clean, 5, ALICE, BOB))  # 2 of 3: admitted
+        # The approving team's account (patch on MCPServerInterface, no key) cannot add an unsigned revision, nor
+        # put the signed statement on another revision.
+        for body in approver_objects(namespace):
+            apply(plane, body)
+        token = plane.request_token(namespace, APPROVER, seconds=600)
+        mcp.server.update_tool("get_alerts", description=POISON)
+        poisoned = (await snapshot(mcp, namespace))["spec"]["approved"][0]
+        signed_entry = plane.call("GET", api_path("MCPServerInterface", namespace, "weather"))["spec"]["approved"][0]
+        path = api_path("MCPServerInterface", namespace, "weather")
+        for approved in ([signed_entry, poisoned], [{**poisoned, ATTESTATION_FIELD: signed_entry[ATTESTATION_FIELD]}]):
+            answer = call_as(plane.server, str(plane.ca_file), token, "PATCH", path, {"spec": {"approved": approved}},
+                             content_type="application/merge-patch+json")
+            assert answer.status == 422 and "not a trusted signed approval" in answer.message, answer
         await eventually(lambda: (plane.call("GET", api_path("MCPApprovalPolicy", name=name)).get("status") or {})
                          .get("floors", {}).get(f"{namespace}/weather") == 5, 30, "the floor recorded")
         with pytest.raises(ControlPlaneError) as rolled_back:
