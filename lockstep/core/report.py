@@ -120,6 +120,13 @@ class Observation:
         return Observation(observed_at, self.digest, self.definitions, self.failure_reason, self.failure_message,
                            view, self.interface, self.server_exposed, self.exposed_at, self.exposed_sockets)
 
+    def as_reported_by(self, report: Observation) -> Observation:
+        """This (held, full) observation with what a digest-only ``report`` of the same interface says of its own:
+        when, in which view, and the exposure check, which changes without the interface changing."""
+        return Observation(report.observed_at, self.digest, self.definitions, self.failure_reason,
+                           self.failure_message, report.view, self.interface, report.server_exposed, report.exposed_at,
+                           report.exposed_sockets)
+
     def to_dict(self, *, with_definitions: bool = True) -> dict[str, Any]:
         """The wire form; ``with_definitions=False``: a digest-only report (no ``definitions`` key)."""
         body: dict[str, Any] = {"observedAt": self.observed_at, "view": self.view}

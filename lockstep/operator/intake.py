@@ -65,4 +65,4 @@ class Intake:
         held = state.held.get(observation.digest.digest) if state is not None else None
         if held is None or held.digest != observation.digest or held.definitions is None:
             raise DefinitionsRequired(f"no definitions held for {short_digest(observation.digest.digest)}")
-        return held.restamped(observation.observed_at, observation.view)
+        return held.as_reported_by(observation)

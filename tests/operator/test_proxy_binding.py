@@ -139,3 +139,21 @@ async def test_a_service_on_any_port_but_the_proxys_is_reported(
         assert conditions["ProxyBypassed"]["status"] == "True"
         await eventually(lambda: events_of(kmock, "MCPServerInterface", "weather").count("ServiceBypassesProxy") == 2,
                          what="one Event per bypassing Service port")
+
+
+async def test_a_listener_that_opens_after_the_first_report_is_judged_on_a_digest_only_report(
+        kmock: Emulator, tokens: TokenBook, tls_files: TlsFiles) -> None:
+    """Found on the real node: the sidecar reports the socket tables' change with the same interface, so digests
+    only; the operator took the held full report's exposure (none) and the pod stayed Verified."""
+    resource = make_resource([GOOD], enforcement="Isolate", endpoint={"port": 8000})
+    await create_objects(kmock, resource, _with_sidecar(make_pod("p1"), Binding.from_interface(resource)))
+    async with run_operator(kmock, operator_config(tls_files)) as operator:
+        sidecar = sidecar_for(operator, tokens, tls_files, "p1")
+        full = {**report_body(at="now", document=GOOD), "serverExposed": False}
+        assert (await sidecar.post(full))[1]["verdict"]["reason"] == "Verified"
+        exposed = {**report_body(at="now", document=GOOD, digests_only=True), "serverExposed": True,
+                   "exposedAt": "0.0.0.0:8081", "exposedSockets": ["tcp 0.0.0.0:8081"]}
+        status, answer = await sidecar.post(exposed)
+        assert (status, answer["verdict"]["reason"]) == (202, "ServerExposed")
+        assert "tcp 0.0.0.0:8081" in answer["verdict"]["message"]
+        assert verdict_of(kmock, "p1") == ("False", "ServerExposed")
