@@ -16,6 +16,7 @@ from lockstep import reader
 from lockstep.core import digest_interface
 from lockstep.core.gate import ComponentGate
 from lockstep.core.ignore import IgnoreRules
+from lockstep.core.model import ComponentKind
 from lockstep.core.wire import AnswerError, AnswerVerdict, ApprovedComponents, ReportAnswer
 from lockstep.demo.control_plane import free_port
 from lockstep.proxy.app import ProxyApp
@@ -162,3 +163,35 @@ def test_stale_after_crosses_the_wire_and_a_bad_one_is_refused() -> None:
     for bad in (0, -1, "90s", True, float("inf")):
         with pytest.raises(AnswerError, match="staleAfter"):
             ReportAnswer.from_dict({"verdict": {"status": "True", "reason": "Verified"}, "staleAfter": bad})
+
+
+def test_quarantine_keeps_serving_what_is_approved_while_the_operator_answers_and_withholds_all_once_it_does_not(
+        ) -> None:
+    kept, proxy, clock = keeper(isolating=False)
+    approved = ApprovedComponents.from_dict({"components": [
+        {"kind": "tool", "name": "get_forecast", "digest": "sha256:" + "a" * 64}]})
+    kept.answered(ReportAnswer(AnswerVerdict("False", "InterfaceChanged"), approved=approved, stale_after=5.0))
+    def passes() -> tuple[str, ...]:
+        return proxy.policy.gate.approved_digests(ComponentKind.TOOL, "get_forecast")
+
+    assert proxy.isolated is None and passes() == ("sha256:" + "a" * 64,)
+    clock.now += 4.9
+    kept.answered(ReportAnswer(AnswerVerdict("False", "InterfaceChanged"), approved=approved, stale_after=5.0))
+    clock.now += 4.9  # a False renews the deadline too: the operator is judging
+    kept.check()
+    assert passes()
+    clock.now += 0.1
+    kept.check()
+    assert proxy.isolated is None and passes() == ()  # Quarantine never isolates: it withholds everything
+
+
+def test_a_verdict_notice_crosses_the_wire_and_a_bad_one_is_refused() -> None:
+    from lockstep.core.wire import VerdictNotice
+
+    notice = VerdictNotice(AnswerVerdict("False", "NotApproved", "x"), ApprovedComponents(), "0" * 32)
+    assert VerdictNotice.from_dict(notice.to_dict()) == notice
+    assert VerdictNotice.from_dict({**notice.to_dict(), "approved": None}).approved is None
+    for bad in ({"verdict": notice.verdict.to_dict()}, {**notice.to_dict(), "etag": "x" * 129},
+                {**notice.to_dict(), "approved": {"components": "all"}}):
+        with pytest.raises(AnswerError):
+            VerdictNotice.from_dict(bad)
