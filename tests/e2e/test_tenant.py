@@ -193,6 +193,7 @@ V6_LISTENER = ("import os, socket, subprocess, sys\n"
                "s = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)\n"
                "s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)\n"
                "s.bind(('::', 9000)); s.listen(8)\n"
+               "os.set_inheritable(s.fileno(), True)  # it outlives the exec into the approved server\n"
                "os.execvp(sys.executable, [sys.executable, '/app/server.py'])\n")
 RAW_SOCKET = ("import socket\n"
               "try:\n    socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(3)); print('raw: opened')\n"
