@@ -86,9 +86,12 @@ def test_snapshot_apply_rug_pull_isolates_one_pod_and_approve_restores(cluster: 
     manifest = snapshot_through_port_forward(cluster, pods[0].metadata.name, "weather")
     manifest["spec"]["probe"] = FAST_PROBE
     cluster.apply_interface(manifest)
-    eventually(lambda: all_verified(cluster, "weather", 2), "both pods verified and Ready after kubectl apply")
-
-    # The probe settings reach pods at admission: roll the Deployment so its pods probe every 5 s.
+    # Admitted while no interface selected them, their sidecars run no in-line proxy: in Isolate they are never
+    # verified (security review 2, S6-6), whatever they report. The interface's settings (the proxy, the probe)
+    # reach pods at admission: roll the Deployment.
+    eventually(lambda: (v := cluster.verdicts("weather")) and set(v.values()) == {("False", "ProxyMissing")},
+               "both pods ProxyMissing after kubectl apply")
+    assert cluster.ready("weather") == []
     restart(cluster, "weather")
     eventually(lambda: all_verified(cluster, "weather", 2) and {p.metadata.name for p in cluster.pods("weather")}
                .isdisjoint({p.metadata.name for p in pods}), "the restarted pods verified and Ready")
