@@ -198,6 +198,7 @@ class ProxyApp:
         not ended within ISOLATION_GRACE seconds is cut. ``reason`` is shown to agents as one word (see
         :func:`isolation_reason`)."""
         was, self._isolated = self._isolated, isolation_reason(reason)
+        self.policy.isolated = self._isolated  # the policy refuses every server message too (defence in depth)
         if was is not None:
             return
         live = list(self._live)
@@ -210,6 +211,7 @@ class ProxyApp:
     def release(self) -> None:
         """Requests pass again (the pod's verdict is True)."""
         self._isolated = None
+        self.policy.isolated = None
 
     def _abort_left(self, live: list[_Live]) -> None:
         for entry in live:
@@ -451,8 +453,8 @@ class ProxyApp:
                     raise
                 return self._isolated_response(body)
         if relay is Route.REFUSE:
-            joined = ", ".join(content_types).lower()
-            return self._refuse_unjudged(exchange, f"an answer of Content-Type {joined[:60]!r}")
+            # The type is the server's choice: not echoed to the agent (S6-14).
+            return self._refuse_unjudged(exchange, "an answer of a Content-Type no client reads as MCP")
         return await self._passthrough(request, live)
 
     def forwarded(self, method: str, status: int, content_types: list[str], body: bytes,

@@ -15,6 +15,7 @@ import httpx2
 from lockstep import reader
 from lockstep.core.gate import ComponentGate
 from lockstep.core.ignore import IgnoreRules
+from lockstep.core.report import Observation
 from lockstep.proxy.app import ProxyApp, serve_proxy
 from lockstep.proxy.metrics import ProxyMetrics
 from lockstep.proxy.policy import Finding, Mode
@@ -87,8 +88,14 @@ async def running_sidecar(settings: SidecarSettings, *, host: str = "0.0.0.0",
     async with httpx2.AsyncClient(verify=settings.ssl_context(), timeout=timeout, trust_env=False) as client:
         reporter = Reporter(settings.report_url, settings.token_path, client, metrics,
                             max_backoff=max_report_backoff, on_delivered=delivered, withheld=withheld)
-        prober = Prober(settings, reporter.submit, metrics, connect=connect)
         proxy, watcher = None, None
+
+        def probed(observation: Observation) -> None:
+            if proxy is not None and observation.interface is not None:
+                proxy.policy.observed(observation.interface)  # calls are decided per pod, probe included (S6-8)
+            reporter.submit(observation)
+
+        prober = Prober(settings, probed, metrics, connect=connect)
         if settings.proxy_port is not None:
             proxy = _proxy(settings, found, metrics)
             keeper = VerdictKeeper(proxy, isolating=settings.proxy_mode == "isolate",

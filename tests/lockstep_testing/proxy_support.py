@@ -91,12 +91,13 @@ class _Recording(httpx2.AsyncBaseTransport):
 
 async def agent_read(url: str, *, client_name: str = "agent", user_agent: str = "agent/1.0",
                      authorization: str | None = None, transport: str = "streamable-http",
-                     modern: bool = True, call: str | None = None) -> AgentView:
-    """Connect as an agent, list the tools (every page, as the SDK does), optionally call one.
+                     modern: bool = True, call: str | None = None, list_tools: bool = True) -> AgentView:
+    """Connect as an agent, list the tools (every page, as the SDK does; not with ``list_tools=False``: an agent
+    that calls a tool it learnt of earlier), optionally call one.
 
     A failure is raised as itself (the first error inside the SDK's task groups)."""
     try:
-        return await _agent_read(url, client_name, user_agent, authorization, transport, modern, call)
+        return await _agent_read(url, client_name, user_agent, authorization, transport, modern, call, list_tools)
     except BaseExceptionGroup as group:
         raise _first_leaf(group) from None
 
@@ -108,7 +109,7 @@ def _first_leaf(error: BaseException) -> BaseException:
 
 
 async def _agent_read(url: str, client_name: str, user_agent: str, authorization: str | None, transport: str,
-                      modern: bool, call: str | None) -> AgentView:
+                      modern: bool, call: str | None, list_tools: bool = True) -> AgentView:
     received: list[bytes] = []
     headers = {"User-Agent": user_agent}
     if authorization:
@@ -136,7 +137,7 @@ async def _agent_read(url: str, client_name: str, user_agent: str, authorization
             instructions = initialized.instructions
         tools: list[types.Tool] = []
         cursor = None
-        while True:
+        while list_tools:
             page = await session.list_tools(params=types.PaginatedRequestParams(cursor=cursor) if cursor else None)
             tools.extend(page.tools)
             cursor = page.next_cursor

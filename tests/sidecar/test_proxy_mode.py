@@ -82,3 +82,27 @@ def test_a_bad_proxy_port_is_a_settings_error(certificates: Certificates, token_
     env = sidecar_env("http://127.0.0.1:1/mcp", "https://127.0.0.1:2", "", token_file, LOCKSTEP_PROXY_PORT="70000")
     with pytest.raises(SettingsError, match="LOCKSTEP_PROXY_PORT"):
         SidecarSettings.from_env(env)
+
+
+async def test_a_call_to_a_tool_the_probe_saw_change_is_refused_for_an_agent_that_never_listed(
+        operator: OperatorStandIn, certificates: Certificates, token_file: Path) -> None:
+    """S6-8, wired: the probe's view feeds the proxy's per-pod call memory. After a rug pull of tool_1 the probe
+    re-reads the interface; an agent that learnt of tool_1 before (it never lists now) calls it and is refused,
+    and the call never reaches the server; the unchanged tool_0 is still called."""
+    server = MutableServer(tools=make_tools(3), instructions="Weather tools.")
+    handle = McpServerHandle(server)
+    async with handle.serving():
+        operator.approved = await approved_answer(handle.url)
+        port = free_port()
+        env = sidecar_env(handle.url, operator.url, certificates.ca_pem, token_file, LOCKSTEP_PROXY_PORT=str(port))
+        async with running_sidecar(SidecarSettings.from_env(env), host="127.0.0.1", max_report_backoff=0.5) as sidecar:
+            await eventually(lambda: sidecar.reporter.last_delivery, what="the first answer")
+            before = operator.reports[-1].digest
+            server.update_tool("tool_1", description=POISON)
+            assert await server.notify("tools") >= 1
+            await eventually(lambda: operator.reports[-1].digest != before, what="the probe's view of the change")
+            url = f"http://127.0.0.1:{port}/mcp"
+            refused = await agent_read(url, client_name="claude-code", call="tool_1", list_tools=False)
+            allowed = await agent_read(url, client_name="claude-code", call="tool_0", list_tools=False)
+    assert refused.call_error is not None and "tool_1" not in server.tool_calls
+    assert allowed.call_error is None and server.tool_calls == ["tool_0"]
