@@ -198,7 +198,7 @@ def _exposure(body: Mapping[str, Any]) -> tuple[bool | None, str, tuple[str, ...
 
 
 _ADDRESS = re.compile(r"^(|[0-9a-fA-F.:\[\]]+:[0-9]{1,5})$")
-_SOCKET = re.compile(r"^(tcp|tcp6|udp|udp6|udplite|udplite6|raw|raw6|packet)( [0-9a-fA-F.:\[\]]+:[0-9]{1,5})?$")
+_SOCKET = re.compile(r"^(tcp|tcp6|udp|udp6|udplite|udplite6|raw|raw6|packet|sctp)( [0-9a-fA-F.:\[\]]+:[0-9]{1,5})?$")
 #: The most sockets a report names (the sidecar lists the first ones it saw).
 MAX_EXPOSED_SOCKETS = 16
 

@@ -1,7 +1,8 @@
 """Which sockets of a network namespace could answer a peer: parsing of the kernel's socket tables.
 
 Every container of a pod shares one network namespace, so the tables under ``/proc/net`` (``tcp``, ``tcp6``,
-``udp``, ``udp6``, ``udplite``, ``udplite6``, ``raw``, ``raw6``, ``packet``) list every socket of the pod, whichever
+``udp``, ``udp6``, ``udplite``, ``udplite6``, ``raw``, ``raw6``, ``packet``, and ``sctp/eps`` where the kernel has
+SCTP) list every socket of the pod, whichever
 container holds it. The sidecar (lockstep.sidecar.exposure) reads them and calls :func:`exposed_sockets` with
 the inodes of its own sockets: anything else that a peer off the pod could reach is a path past the in-line
 proxy (ServerExposed). Pure parsing: the caller reads the files.
@@ -11,7 +12,8 @@ What counts as reachable:
 * a listening TCP socket on an address that is not loopback (``0.0.0.0``, ``::``, the pod's IP, ...);
 * a UDP or UDP-Lite socket bound to such an address and not connected to one peer;
 * any raw socket (IPv4 or IPv6) and any packet socket, whatever it is bound to: either can read the agents'
-  packets on the pod's interface and forge the answer (security review 2, S6-10).
+  packets on the pod's interface and forge the answer (security review 2, S6-10);
+* any SCTP endpoint: the sidecar holds none, and a Service may route SCTP to the pod.
 """
 
 from __future__ import annotations
@@ -21,12 +23,15 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-__all__ = ["INET_TABLES", "TABLES", "ExposedSocket", "SocketTableError", "exposed_sockets"]
+__all__ = ["INET_TABLES", "TABLES", "WHOLE_TABLES", "ExposedSocket", "SocketTableError", "exposed_sockets"]
 
 #: The tables of IP sockets, and whether their addresses are IPv6.
 INET_TABLES: Mapping[str, bool] = {"tcp": False, "tcp6": True, "udp": False, "udp6": True, "udplite": False,
                                    "udplite6": True, "raw": False, "raw6": True}
-TABLES = (*INET_TABLES, "packet")
+#: Tables whose every socket not the sidecar's counts, and the column of their inode (from the end for packet,
+#: whose last column it is; SCTP endpoints list their addresses after it).
+WHOLE_TABLES: Mapping[str, int] = {"packet": -1, "sctp/eps": 7}
+TABLES = (*INET_TABLES, *WHOLE_TABLES)
 TCP_LISTEN = 0x0A  # include/net/tcp_states.h
 INODE_COLUMN = 9  # sl local rem st tx:rx tr:when retrnsmt uid timeout inode
 
@@ -92,15 +97,15 @@ def _inet_entries(text: str, ipv6: bool) -> list[_InetEntry]:
     return entries
 
 
-def _packet_inodes(text: str) -> list[int]:
+def _inodes(text: str, column: int) -> list[int]:
     inodes = []
     for line in text.splitlines()[1:]:
         fields = line.split()
         if fields:
             try:
-                inodes.append(int(fields[-1]))
-            except ValueError:
-                raise SocketTableError(f"a packet line {line.strip()!r}") from None
+                inodes.append(int(fields[column]))
+            except (ValueError, IndexError):
+                raise SocketTableError(f"a line {line.strip()!r}") from None
     return inodes
 
 
@@ -133,6 +138,8 @@ def exposed_sockets(tables: Mapping[str, str], own: Iterable[int]) -> tuple[Expo
             found += [ExposedSocket(table, entry.inode, _format(entry.local, entry.port))
                       for entry in _inet_entries(tables[table], ipv6)
                       if entry.inode not in mine and _reachable(table, entry)]
-    if "packet" in tables:
-        found += [ExposedSocket("packet", inode) for inode in _packet_inodes(tables["packet"]) if inode not in mine]
+    for table, column in WHOLE_TABLES.items():
+        if table in tables:
+            kind = table.partition("/")[0]
+            found += [ExposedSocket(kind, inode) for inode in _inodes(tables[table], column) if inode not in mine]
     return tuple(found)

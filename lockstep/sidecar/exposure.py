@@ -58,7 +58,8 @@ NOT_CHECKED = Exposure(None)
 
 
 def read_tables(net: Path) -> dict[str, str]:
-    """The socket tables under ``net`` (``/proc/net``) that exist; a kernel without one (no IPv6) leaves it out."""
+    """The socket tables under ``net`` (``/proc/net``) that exist; a kernel without one (no IPv6, no SCTP) leaves
+    it out."""
     tables = {}
     for name in TABLES:
         try:

@@ -46,9 +46,12 @@ def test_the_parser_flags_listeners_and_unconnected_udp_off_loopback_and_every_r
         "udp": HEADER + _line("0.0.0.0", 5353, "07", 21) + _line(POD4, 40000, "01", 22, "10.96.0.10", 53),
         "raw": HEADER + _line("127.0.0.1", 255, "07", 31),
         "packet": "sk       RefCnt Type Proto  Iface R Rmem   User   Inode\nffff 3 3 0003 0 1 0 0 41\n",
+        "sctp/eps": " ENDPT     SOCK   STY SST HBKT LPORT   UID INODE LADDRS\n"
+                    "ffff8880 ffff8881 2   10  31   7777      0 51 10.88.1.7 127.0.0.1\n",
     }
     found = [socket.describe() for socket in exposed_sockets(tables, own={15})]
-    assert found == ["tcp 0.0.0.0:9000", f"tcp {POD4}:8080", "udp 0.0.0.0:5353", "raw 127.0.0.1:255", "packet"]
+    assert found == ["tcp 0.0.0.0:9000", f"tcp {POD4}:8080", "udp 0.0.0.0:5353", "raw 127.0.0.1:255", "packet",
+                     "sctp"]
 
 
 def _fake_proc(tmp_path: Path, tcp_lines: str, own: tuple[int, ...]) -> Path:
