@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,7 +156,8 @@ class ExposureWatch:
                     await self.check_stand_in()
             except Exception:  # never let the watch die: the next tick tries again
                 logger.exception("Unexpected error in the exposure check")
-            await asyncio.sleep(self._interval)
+            # Jittered: a listener that opens between two reads cannot time itself to a fixed period.
+            await asyncio.sleep(self._interval * random.uniform(0.5, 1.0))
 
 
 async def _accepts(host: str, port: int, timeout: float = CHECK_INTERVAL) -> bool:
