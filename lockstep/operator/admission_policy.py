@@ -107,15 +107,20 @@ def violations(pod: Mapping[str, Any], *, planned_sidecar: Mapping[str, Any] | N
     return problems
 
 
-def pod_violations(pod: Mapping[str, Any]) -> list[str]:
+def pod_violations(pod: Mapping[str, Any], *, legacy_sidecar: bool = False) -> list[str]:
     """Why a live pod (as stored) cannot be trusted to hold the sidecar's token alone, or is not Lockstep's to
     verify; empty when it can be verified.
 
     The same rules as admission, without the comparison to what Lockstep would inject today (a live
     pod's sidecar was planned with the settings of its admission): for the operator, which never judges
     such a pod verified, whatever admitted it (a webhook that was off, or set to Ignore). A pod that opted
-    out is never verified either, whatever it carries."""
+    out is never verified either, whatever it carries. ``legacy_sidecar``: a pod injected before 0.2.0
+    (lockstep.operator.injection.AdmittedBinding.legacy), admitted before the raw-network rule existed: it is
+    left to the restart the upgrade asks for."""
     problems = violations(pod, planned_sidecar=None, planned_token_volume=None)
+    if legacy_sidecar:
+        raw = set(raw_network_violations(pod))
+        problems = [problem for problem in problems if problem not in raw]
     if opted_out(pod):
         problems.insert(0, f"metadata.labels[{INJECT_LABEL}]: the pod opted out of Lockstep, which never verifies "
                            "it")

@@ -49,6 +49,7 @@ class PodRecord:
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> PodRecord:
+        admitted = admitted_binding(body)
         metadata = body.get("metadata") or {}
         status = body.get("status") or {}
         return cls(
@@ -61,8 +62,8 @@ class PodRecord:
             resource_version=str(metadata.get("resourceVersion") or ""),
             deleting=bool(metadata.get("deletionTimestamp")),
             ports=_named_ports(body.get("spec") or {}),
-            outside_policy=tuple(pod_violations(body)) if body.get("spec") else (),
-            admitted=admitted_binding(body),
+            outside_policy=_outside_policy(body, admitted),
+            admitted=admitted,
         )
 
     @property
@@ -98,6 +99,12 @@ class PodRecord:
     @property
     def other_conditions(self) -> list[dict[str, Any]]:
         return [condition for condition in self.conditions if condition.get("type") != CONDITION_TYPE]
+
+
+def _outside_policy(body: Mapping[str, Any], admitted: AdmittedBinding | None) -> tuple[str, ...]:
+    if not body.get("spec"):
+        return ()
+    return tuple(pod_violations(body, legacy_sidecar=admitted is not None and admitted.legacy))
 
 
 def _named_ports(spec: Mapping[str, Any]) -> dict[str, int]:

@@ -37,6 +37,7 @@ from typing import Any
 
 from lockstep.core.conditions import CONDITION_TYPE
 from lockstep.core.names import (
+    ENV_PROXY_MODE,
     HEADERS_DIR,
     INJECT_LABEL,
     INTERFACE_ANNOTATION,
@@ -189,6 +190,10 @@ class AdmittedBinding:
     proxy_mode: str
     #: The environment could not be read (someone else's sidecar, or a newer one): never matches.
     unreadable: str = ""
+    #: Injected by a Lockstep before 0.2.0 (no LOCKSTEP_PROXY_MODE at all: that webhook gave Isolate no proxy and
+    #: the application's containers no NET_RAW drop). Such a pod predates the upgrade and is replaced by the
+    #: restart the upgrade asks for (docs/upgrades.md); until then it is judged as that release judged it.
+    legacy: bool = False
 
 
 def admitted_binding(pod: Mapping[str, Any]) -> AdmittedBinding | None:
@@ -202,7 +207,9 @@ def admitted_binding(pod: Mapping[str, Any]) -> AdmittedBinding | None:
             except SettingsError as error:
                 return AdmittedBinding("", 0, None, "", unreadable=str(error))
             return AdmittedBinding(read.interface, read.mcp_port, read.proxy_port,
-                                   read.proxy_mode if read.proxy_port is not None else "")
+                                   read.proxy_mode if read.proxy_port is not None else "",
+                                   legacy=not any(isinstance(item, Mapping) and item.get("name") == ENV_PROXY_MODE
+                                                  for item in container.get("env") or []))
     return None
 
 

@@ -311,8 +311,9 @@ def judge_binding(policy: Policy, admitted: AdmittedBinding | None, ports: Mappi
     """In enforcement Isolate and Quarantine, a pod whose sidecar runs no proxy (ProxyMissing) or was planned for
     another interface, endpoint port, proxy port or mode (BindingMismatch) is never verified: its Service's
     lockstep-mcp port would reach nothing, or something else than the proxy the interface asks for. None: the
-    binding holds (or the pod has no sidecar, so no report to judge). ``ports``: the pod's named container ports."""
-    if policy.enforcement not in PROXIED_ENFORCEMENTS or admitted is None:
+    binding holds (or the pod has no sidecar, so no report to judge, or one injected before 0.2.0, which the
+    upgrade's restart replaces: AdmittedBinding.legacy). ``ports``: the pod's named container ports."""
+    if policy.enforcement not in PROXIED_ENFORCEMENTS or admitted is None or admitted.legacy:
         return None
     fix = "re-create the pod (kubectl rollout restart) so that the webhook injects the sidecar for it"
     if admitted.unreadable:

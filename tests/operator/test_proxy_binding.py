@@ -157,3 +157,25 @@ async def test_a_listener_that_opens_after_the_first_report_is_judged_on_a_diges
         assert (status, answer["verdict"]["reason"]) == (202, "ServerExposed")
         assert "tcp 0.0.0.0:8081" in answer["verdict"]["message"]
         assert verdict_of(kmock, "p1") == ("False", "ServerExposed")
+
+
+async def test_a_pod_injected_before_0_2_0_is_left_to_the_upgrades_restart(
+        kmock: Emulator, tokens: TokenBook, tls_files: TlsFiles) -> None:
+    """An operator upgrade must not cut every running pod at once (docs/upgrades.md: the restart brings the proxy
+    and the hardening). A 0.1.0 webhook wrote no LOCKSTEP_PROXY_MODE, gave Isolate no proxy and left NET_RAW; a
+    current sidecar without the variable is no sidecar Lockstep injects (refused at admission)."""
+    resource = make_resource([GOOD], enforcement="Isolate", endpoint={"port": 8000})
+    legacy = _with_sidecar(make_pod("legacy"), Binding(interface="weather", port=8000))  # 0.1.0: no proxy
+    sidecar = legacy["spec"]["initContainers"][0]
+    sidecar["env"] = [item for item in sidecar["env"] if item["name"] not in ("LOCKSTEP_PROXY_MODE", "LOCKSTEP_POD_IP")]
+    del legacy["spec"]["containers"][0]["securityContext"]
+    current = _with_sidecar(make_pod("current"), Binding(interface="weather", port=8000))
+    del current["spec"]["containers"][0]["securityContext"]
+    await create_objects(kmock, resource, legacy, current)
+    async with run_operator(kmock, operator_config(tls_files)) as operator:
+        status, answer = await sidecar_for(operator, tokens, tls_files, "legacy").post(report_body(at="now", document=GOOD))
+        assert (status, answer["verdict"]["reason"]) == (202, "Verified")
+        status, answer = await sidecar_for(operator, tokens, tls_files, "current").post(
+            report_body(at="now", document=GOOD))
+        assert (status, answer["verdict"]["reason"]) == (202, "PodOutsidePolicy")
+        assert "NET_RAW" in answer["verdict"]["message"]
