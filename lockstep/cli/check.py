@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import datetime
 import email.utils
-import enum
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import click
 
+from lockstep.cli.check_results import CheckError, CheckResult, Context, Status
 from lockstep.cli.kube_options import ClusterTarget
 from lockstep.core.conditions import CONDITION_TYPE
 from lockstep.core.names import INJECT_LABEL, TOKEN_AUDIENCE
@@ -35,46 +34,6 @@ POLICIES = ("sidecar-token", "sidecar-exec", "report-stamp", "not-ready-services
 CERT_WARN_DAYS = 30
 CLOCK_SKEW_WARN = 30.0
 REQUEST_TIMEOUT = 10
-
-
-class Status(str, enum.Enum):
-    OK = "ok"
-    WARN = "warn"
-    FAIL = "fail"
-
-
-@dataclass(frozen=True)
-class CheckResult:
-    name: str
-    status: Status
-    message: str
-    hint: str = ""
-
-    def to_dict(self) -> dict[str, str]:
-        return {**asdict(self), "status": self.status.value}
-
-
-class CheckError(Exception):
-    """The cluster cannot be reached at all: no check can run (exit 2)."""
-
-
-@dataclass
-class Context:
-    api: Any  # kubernetes.client.ApiClient
-    release: str
-    namespace: str
-
-    @property
-    def kubernetes(self) -> Any:
-        import kubernetes
-
-        return kubernetes
-
-    def core(self) -> Any:
-        return self.kubernetes.client.CoreV1Api(self.api)
-
-    def instance_selector(self) -> str:
-        return f"app.kubernetes.io/instance={self.release},app.kubernetes.io/name=lockstep"
 
 
 Check = Callable[[Context], Iterator[CheckResult]]

@@ -9,7 +9,7 @@ import datetime
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
-from lockstep.cli.check import CheckResult, Context, Status
+from lockstep.cli.check_results import CheckResult, Context, Status
 from lockstep.core.names import GROUP, PLURAL, POLICY_KIND, POLICY_PLURAL, VERSION
 from lockstep.core.trust_policy import (
     BrokenPolicy,

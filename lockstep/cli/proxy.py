@@ -101,7 +101,8 @@ def proxy_command(upstream: str, against: str, listen: str, mode: str, allowed_h
 async def _serve(app: object, host: str, port: int, metrics: tuple[str, int] | None) -> None:
     from aiohttp import web
 
-    from lockstep.proxy.app import ProxyApp, serve_proxy
+    from lockstep.proxy.app import ProxyApp
+    from lockstep.proxy.serving import serve_proxy
 
     assert isinstance(app, ProxyApp)
     stop = asyncio.Event()
@@ -112,7 +113,7 @@ async def _serve(app: object, host: str, port: int, metrics: tuple[str, int] | N
     metrics_runner = None
     try:
         if metrics is not None:
-            metrics_runner = web.AppRunner(app.metrics_app(), access_log=None)
+            metrics_runner = web.AppRunner(app.metrics.web_app(), access_log=None)
             await metrics_runner.setup()
             await web.TCPSite(metrics_runner, *metrics).start()
         await stop.wait()

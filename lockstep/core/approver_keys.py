@@ -1,6 +1,6 @@
 """Approver keys: Ed25519 or ECDSA P-256 key pairs in PEM (PKCS #8 private, SubjectPublicKeyInfo public), and
 the signer of a private key (keys held in a KMS or an HSM sign through securesystemslib's signers by URI,
-which the CLI hands over to: lockstep.cli.keys)."""
+which the command line hands over to)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Every container of a pod shares one network namespace, so the tables under ``/proc/net`` (``tcp``, ``tcp6``,
 ``udp``, ``udp6``, ``udplite``, ``udplite6``, ``raw``, ``raw6``, ``packet``, and ``sctp/eps`` where the kernel has
 SCTP) list every socket of the pod, whichever
-container holds it. The sidecar (lockstep.sidecar.exposure) reads them and calls :func:`exposed_sockets` with
+container holds it. The sidecar's exposure watch reads them and calls :func:`exposed_sockets` with
 the inodes of its own sockets: anything else that a peer off the pod could reach is a path past the in-line
 proxy (ServerExposed). Pure parsing: the caller reads the files.
 

@@ -59,7 +59,7 @@ from lockstep.operator.state import Key, PodTrack, State
 from lockstep.operator.status import now_iso
 from lockstep.operator.status_writer import StatusWriter
 from lockstep.operator.verdict_events import VerdictEvents
-from lockstep.operator.verdict_watch import VerdictPulses
+from lockstep.operator.verdict_pulses import VerdictPulses
 
 from lockstep.core.replay import ReportStamp
 from lockstep.core.report import Observation, ProxyReport

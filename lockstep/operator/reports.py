@@ -8,20 +8,15 @@ from the body. Checks run cheapest first, and the body is read only once the cal
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import logging
 import ssl
 import time
-from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Any
 
 from aiohttp import web
 from lockstep.operator.config import OperatorConfig
 from lockstep.operator.freshness import FreshnessBook, StaleReport
-from lockstep.operator.cache import PodRecord
-from lockstep.operator.kube import KubeApiError, KubeClient
+from lockstep.operator.kube import KubeApiError
 from lockstep.operator.metrics import Metrics
 from lockstep.operator.outage import ApiOutage, ApiUnavailable
 from lockstep.operator.replicas.membership import Membership
@@ -29,52 +24,35 @@ from lockstep.operator.conditions import VerdictNotWritten
 from lockstep.operator.reconciler import DefinitionsRequired, Reconciler
 from lockstep.operator.replicas.relay import RELAYED_FOR_HEADER, RelayFailed, ReportRelay
 from lockstep.operator.replicas.ownership import UNKNOWN, Remote
-from lockstep.operator.report_limits import ConnectionLimit, RateLimiter, token_shaped
+from lockstep.operator.report_limits import ConnectionLimit, RateLimiter
 from lockstep.operator.skew_watch import SkewWatch
 from lockstep.operator.verdict_watch import VerdictWatch
+from lockstep.operator.callers import (
+    AUDIENCE,
+    Callers,
+    Identity,
+    ReportRejected,
+    TokenReviewer,
+    not_serving,
+    refusal_response,
+    token_key,
+)
 
 from lockstep.core.errors import InterfaceError
 from lockstep.core.model import loads_strict
-from lockstep.core.names import REPORT_PATH, TOKEN_AUDIENCE
+from lockstep.core.names import REPORT_PATH
 from lockstep.core.refusals import Refusal
 from lockstep.core.wire import VERDICTS_PATH, AnswerVerdict, ReplicaAddress, ReportAnswer
 from lockstep.core.report import Freshness, Observation, ProxyReport
 
-__all__ = ["AUDIENCE", "Identity", "ReportRejected", "ReportServer", "TokenReviewer"]
+# AUDIENCE, Identity, ReportRejected, TokenReviewer and token_key are lockstep.operator.callers' (who calls the
+# edge); importable from here too.
+__all__ = ["AUDIENCE", "Identity", "ReportRejected", "ReportServer", "TokenReviewer", "parse_report", "token_key"]
 
 logger = logging.getLogger(__name__)
 
-AUDIENCE = TOKEN_AUDIENCE
-POD_NAME_CLAIM = "authentication.kubernetes.io/pod-name"
-POD_UID_CLAIM = "authentication.kubernetes.io/pod-uid"
-SERVICE_ACCOUNT_PREFIX = "system:serviceaccount:"
-TOKEN_CACHE_SIZE = 50_000
-#: TokenReviews in flight at once; a report that cannot get a place within the wait is answered 503.
-MAX_CONCURRENT_REVIEWS = 16
-REVIEW_QUEUE_WAIT = 2.0
-#: A token the API server refused is refused again without asking for this long (bounded cache).
-NEGATIVE_TTL = 30.0
-NEGATIVE_CACHE_SIZE = 20_000
 #: Encoded answers kept (ReportServer._accepted).
 ANSWER_CACHE_SIZE = 1024
-
-
-class ReportRejected(Exception):
-    """A report the endpoint refuses: one of lockstep.core.refusals.Refusal, with a message for the sidecar's
-    log (and a Retry-After of its own where the refusal's depends on the moment)."""
-
-    def __init__(self, refusal: Refusal, message: str, *, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.refusal = refusal
-        self.retry_after = retry_after if retry_after is not None else refusal.retry_after
-
-    @property
-    def status(self) -> int:
-        return self.refusal.status
-
-    @property
-    def reason(self) -> str:
-        return self.refusal.reason
 
 
 class NotServing(Exception):
@@ -87,101 +65,6 @@ class Misrouted(Exception):
     def __init__(self, endpoint: ReplicaAddress | None) -> None:
         super().__init__(str(endpoint))
         self.endpoint = endpoint
-
-
-@dataclass(frozen=True)
-class Identity:
-    namespace: str
-    pod_name: str
-    pod_uid: str
-
-
-class TokenReviewer:
-    """Reviews bearer tokens; a reviewed token is trusted for a short while (a bounded cache)."""
-
-    def __init__(self, client: KubeClient, ttl: float, *, concurrency: int = MAX_CONCURRENT_REVIEWS,
-                 outage: ApiOutage | None = None) -> None:
-        self._client = client
-        self._outage = outage
-        self._ttl = ttl
-        self._cache: OrderedDict[str, tuple[float, Identity]] = OrderedDict()
-        self._refused: OrderedDict[str, tuple[float, ReportRejected]] = OrderedDict()
-        self._slots = asyncio.Semaphore(concurrency)
-        self.reviews = 0  # TokenReviews sent to the API server
-
-    def known(self, token: str, key: str | None = None) -> bool:
-        """Whether ``token`` is answered from a cache (costs no TokenReview). ``key``: the token's
-        ``token_key``, when the caller has it already."""
-        key = key or token_key(token)
-        return _fresh(self._cache.get(key)) or _fresh(self._refused.get(key))
-
-    async def identify(self, token: str, key: str | None = None) -> Identity:
-        key = key or token_key(token)
-        cached = self._cache.get(key)
-        if cached and cached[0] > time.monotonic():
-            return cached[1]
-        refused = self._refused.get(key)
-        if refused and refused[0] > time.monotonic():
-            raise refused[1]
-        if self._outage is not None and self._outage.active:
-            if cached:
-                # Reviewed before and expired while the API is away: no review is possible, and the pod's
-                # existence and uid are still checked against the cache (no pod can be deleted meanwhile).
-                return cached[1]
-            raise ApiUnavailable("the Kubernetes API is unreachable: no TokenReview now")
-        try:
-            await asyncio.wait_for(self._slots.acquire(), REVIEW_QUEUE_WAIT)
-        except TimeoutError:
-            raise ReportRejected(Refusal.OVERLOADED, "too many token reviews in flight") from None
-        try:
-            self.reviews += 1
-            status = await self._client.token_review(token, [AUDIENCE])
-        except ApiUnavailable:
-            raise  # answered 503 with Retry-After, not 401: the token may well be good
-        except (KubeApiError, OSError) as error:
-            logger.warning("TokenReview failed: %s", error)
-            raise ReportRejected(Refusal.UNAUTHENTICATED, "the token could not be reviewed") from None
-        finally:
-            self._slots.release()
-        try:
-            identity = _identity(status)
-        except ReportRejected as rejection:
-            _remember(self._refused, key, (time.monotonic() + NEGATIVE_TTL, rejection), NEGATIVE_CACHE_SIZE)
-            raise
-        _remember(self._cache, key, (time.monotonic() + self._ttl, identity), TOKEN_CACHE_SIZE)
-        return identity
-
-
-def token_key(token: str) -> str:
-    """What the caches know a token by: its SHA-256 (the token itself is never kept)."""
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
-def _fresh(entry: tuple[float, Any] | None) -> bool:
-    return entry is not None and entry[0] > time.monotonic()
-
-
-def _remember(cache: OrderedDict[str, Any], key: str, value: Any, size: int) -> None:
-    cache[key] = value
-    cache.move_to_end(key)
-    if len(cache) > size:
-        cache.popitem(last=False)
-
-
-def _identity(status: dict[str, Any]) -> Identity:
-    if not status.get("authenticated"):
-        raise ReportRejected(Refusal.UNAUTHENTICATED, "the token is not valid")
-    audiences = status.get("audiences")
-    if audiences is not None and AUDIENCE not in audiences:
-        raise ReportRejected(Refusal.UNAUTHENTICATED, f"the token is not meant for {AUDIENCE}")
-    user = status.get("user") or {}
-    username = str(user.get("username") or "")
-    extra = user.get("extra") or {}
-    names, uids = extra.get(POD_NAME_CLAIM) or [], extra.get(POD_UID_CLAIM) or []
-    if not username.startswith(SERVICE_ACCOUNT_PREFIX) or not names or not uids:
-        raise ReportRejected(Refusal.UNAUTHENTICATED, "the token is not bound to a pod")
-    namespace = username[len(SERVICE_ACCOUNT_PREFIX):].split(":", 1)[0]
-    return Identity(namespace, str(names[0]), str(uids[0]))
 
 
 class ReportServer:
@@ -200,6 +83,8 @@ class ReportServer:
         # Before authentication: a request with a token no cache knows costs a TokenReview, so each
         # source address gets a bucket of those (0 turns it off).
         self.sources = RateLimiter(config.source_rate, config.source_burst) if config.source_rate > 0 else None
+        #: Who calls: the token's pod, checked the same way for a report and a verdict watch.
+        self.callers = Callers(reviewer, self.sources, self._source, reconciler.cache, reconciler.selecting)
         self.freshness = FreshnessBook(config.max_clock_skew)
         self.skew = SkewWatch.of(reconciler, metrics)  # the version-skew policy: an Event and a metric, no verdict
         #: The report duration histogram's children by outcome (labels() looked up once: they are never removed).
@@ -209,7 +94,7 @@ class ReportServer:
         #: verdict, digests and reportTo alone: nothing to invalidate); bounded, the oldest go first.
         self._answers: dict[tuple[AnswerVerdict, bool, ReplicaAddress | None, float | None], bytes] = {}
         #: GET /v1/verdicts: proxy sidecars' long polls (lockstep.operator.verdict_watch).
-        self.verdicts = VerdictWatch(self)
+        self.verdicts = VerdictWatch(reconciler, self.callers, self._rejected, self.serving, self.outage)
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
 
@@ -286,7 +171,7 @@ class ReportServer:
             outcome = "relayed" if response.status != 503 else outcome
             return response
         except NotServing:
-            return _not_serving()
+            return not_serving()
         except ApiUnavailable:
             # The API server is away (logged once per outage by lockstep.operator.outage): the verdict
             # could not be written, and the sidecar sends its report again after Retry-After.
@@ -319,21 +204,21 @@ class ReportServer:
     def _rejected(self, rejection: ReportRejected) -> web.Response:
         if rejection.refusal.counted:
             self.metrics.reports_rejected.labels(rejection.reason).inc()
-        return _refusal_response(rejection)
+        return refusal_response(rejection)
 
     async def _pass_on(self, request: web.Request, endpoint: ReplicaAddress | None) -> web.Response:
         """A report for a pod another replica owns goes to that replica, once."""
         if endpoint is None or RELAYED_FOR_HEADER in request.headers:
             # The owner is not known yet, or the report was relayed already (two replicas that disagree
             # on the owner for a moment): the sidecar sends it again in a second.
-            return _not_serving()
+            return not_serving()
         try:
             return await self._relay(request, endpoint)
         except ReportRejected as rejection:
             return self._rejected(rejection)
         except RelayFailed as failure:
             logger.warning("Cannot relay a report: %s", failure)
-            return _not_serving()
+            return not_serving()
 
     async def _relay(self, request: web.Request, endpoint: ReplicaAddress) -> web.Response:
         """The relaying replica's part, once the token is reviewed here (``_judge`` reached Misrouted):
@@ -354,27 +239,8 @@ class ReportServer:
         length = request.content_length
         if length is not None and length > self.config.body_limit:
             raise ReportRejected(Refusal.TOO_LARGE, f"the report is larger than {self.config.body_limit} bytes")
-        token = _bearer(request)
-        key = token_key(token)  # hashed once for the three cache look-ups below
-        known = self.reviewer.known(token, key)
-        if not known and not token_shaped(token):
-            raise ReportRejected(Refusal.UNAUTHENTICATED, "the bearer token is not a service-account token")
-        if self.sources is not None and not known:
-            wait = self.sources.admit(self._source(request))
-            if wait:
-                raise ReportRejected(Refusal.RATE_LIMITED, "too many unknown tokens from this address",
-                                     retry_after=wait)
-        identity = await self.reviewer.identify(token, key)
-        wait = self.limiter.admit(identity.pod_uid)
-        if wait:
-            raise ReportRejected(Refusal.RATE_LIMITED, "too many reports from this pod", retry_after=wait)
-        pod = self.reconciler.cache.pod(identity.namespace, identity.pod_name)
-        if pod is None or pod.deleting:
-            raise ReportRejected(Refusal.UNKNOWN_POD, f"pod {identity.namespace}/{identity.pod_name} does not exist")
-        if pod.uid != identity.pod_uid:
-            raise ReportRejected(Refusal.UID_MISMATCH, f"pod {identity.pod_name} has another uid than the token's")
-        if not self.reconciler.selecting(pod):
-            raise ReportRejected(Refusal.NOT_SELECTED, f"no MCPServerInterface selects pod {identity.pod_name}")
+        identity = await self.callers.identify(request, self.limiter, "reports")
+        pod = self.callers.pod(identity)
         route = self.reconciler.ownership.route(pod)
         if isinstance(route, Remote):
             raise Misrouted(route.address)
@@ -403,27 +269,6 @@ class ReportServer:
                             report_to=self.reconciler.ownership.own_address(),
                             stale_after=min((r.policy.stale_after for r in self.reconciler.selecting(pod)),
                                             default=None))
-
-
-def _not_serving() -> web.Response:
-    # Closed with the answer: the retry opens a new connection, which the Service may send to another replica.
-    return _refusal_response(ReportRejected(Refusal.NOT_SERVING, "this replica does not serve reports now"))
-
-
-def _refusal_response(rejection: ReportRejected) -> web.Response:
-    headers = {"Retry-After": str(max(1, round(rejection.retry_after)))} if rejection.retry_after else None
-    response = web.json_response({"reason": rejection.reason, "message": str(rejection)},
-                                 status=rejection.status, headers=headers)
-    if rejection.refusal.closes:
-        response.force_close()  # a body it never read, or a retry that should take a new connection
-    return response
-
-
-def _bearer(request: web.Request) -> str:
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise ReportRejected(Refusal.UNAUTHENTICATED, "a bearer token is required")
-    return token.strip()
 
 
 async def _read_body(request: web.Request, limit: int, timeout: float) -> bytes:

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -29,13 +29,15 @@ from aiohttp import web
 from lockstep.core.refusals import Refusal
 from lockstep.core.wire import AnswerVerdict, ApprovedComponents, VerdictNotice
 from lockstep.operator.cache import PodRecord
-from lockstep.operator.outage import ApiUnavailable
+from lockstep.operator.callers import Callers, Identity, ReportRejected, not_serving
+from lockstep.operator.outage import ApiOutage, ApiUnavailable
 from lockstep.operator.replicas.ownership import UNKNOWN, Remote
-from lockstep.operator.report_limits import RateLimiter, token_shaped
+from lockstep.operator.report_limits import RateLimiter
 from lockstep.operator.state import Key
+from lockstep.operator.verdict_pulses import VerdictPulses
 
 if TYPE_CHECKING:
-    from lockstep.operator.reports import Identity, ReportServer
+    from lockstep.operator.reconciler import Reconciler
 
 __all__ = ["MAX_WATCHES_PER_POD", "WATCH_WAIT", "VerdictPulses", "VerdictWatch"]
 
@@ -49,41 +51,16 @@ WATCH_RATE, WATCH_BURST = 1.0, 10
 _ETAGS_KEPT = 1024
 
 
-class VerdictPulses:
-    """One event per watched pod, set (and replaced) when the reconciler has judged the pod."""
-
-    def __init__(self) -> None:
-        self._events: dict[Key, asyncio.Event] = {}
-
-    def changed(self, key: Key) -> None:
-        event = self._events.pop(key, None)
-        if event is not None:
-            event.set()
-
-    def event(self, key: Key) -> asyncio.Event:
-        """The event the next change of ``key`` sets (take it before reading the state it guards)."""
-        event = self._events.get(key)
-        if event is None:
-            event = self._events[key] = asyncio.Event()
-        return event
-
-    def wake_all(self) -> None:
-        for key in list(self._events):
-            self.changed(key)
-
-    def discard(self, key: Key) -> None:
-        """Nobody waits on ``key`` any more."""
-        self._events.pop(key, None)
-
-    def __len__(self) -> int:
-        return len(self._events)
-
-
 class VerdictWatch:
     """The route's handler; the report server it belongs to authenticates and holds the reconciler."""
 
-    def __init__(self, server: ReportServer, *, wait: float = WATCH_WAIT) -> None:
-        self.server = server
+    def __init__(self, reconciler: Reconciler, callers: Callers, rejected: Callable[[ReportRejected], web.Response],
+                 serving: Callable[[], bool], outage: ApiOutage, *, wait: float = WATCH_WAIT) -> None:
+        self.reconciler = reconciler
+        self.callers = callers
+        self._rejected = rejected
+        self._serving = serving
+        self._outage = outage
         self.wait = wait
         self._open: dict[Key, int] = {}
         self._requests = RateLimiter(WATCH_RATE, WATCH_BURST)
@@ -97,73 +74,34 @@ class VerdictWatch:
 
     @property
     def pulses(self) -> VerdictPulses:
-        return self.server.reconciler.pulses
+        return self.reconciler.pulses
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        from lockstep.operator.reports import ReportRejected, _not_serving
-
-        server = self.server
-        if not server.serving() or self.closed:
-            return _not_serving()
+        if not self._serving() or self.closed:
+            return not_serving()
         try:
-            identity = await self._identify(request)
-            pod = self._pod(identity)
-            route = server.reconciler.ownership.route(pod)
+            identity = await self.callers.identify(request, self._requests, "verdict watches")
+            pod = self.callers.pod(identity)
+            route = self.reconciler.ownership.route(pod)
             if isinstance(route, Remote):  # the owner holds the pod's verdict: the sidecar watches there
                 return web.json_response({"reason": "NotOwner", "reportTo": str(route.address)}, status=421)
             if route is UNKNOWN:
-                return _not_serving()
+                return not_serving()
             with self._slot(pod.key):
                 notice = await self._wait(identity, request.query.get("since"))
             if self.closed:
-                return _not_serving()
+                return not_serving()
         except ReportRejected as rejection:
-            return server._rejected(rejection)
+            return self._rejected(rejection)
         except ApiUnavailable:
-            return server._rejected(ReportRejected(Refusal.API_UNAVAILABLE, "the Kubernetes API is unreachable",
-                                                   retry_after=server.outage.retry_after()))
+            return self._rejected(ReportRejected(Refusal.API_UNAVAILABLE, "the Kubernetes API is unreachable",
+                                                 retry_after=self._outage.retry_after()))
         if notice is None:
             return web.Response(status=204)
         return web.json_response(notice.to_dict())
 
-    async def _identify(self, request: web.Request) -> Identity:
-        """The caller, as a report's is known (the same checks, in the same order, and the same caches)."""
-        from lockstep.operator.reports import ReportRejected, _bearer, token_key
-
-        server = self.server
-        token = _bearer(request)
-        key = token_key(token)
-        known = server.reviewer.known(token, key)
-        if not known and not token_shaped(token):
-            raise ReportRejected(Refusal.UNAUTHENTICATED, "the bearer token is not a service-account token")
-        if server.sources is not None and not known:
-            wait = server.sources.admit(server._source(request))
-            if wait:
-                raise ReportRejected(Refusal.RATE_LIMITED, "too many unknown tokens from this address",
-                                     retry_after=wait)
-        identity = await server.reviewer.identify(token, key)
-        wait = self._requests.admit(identity.pod_uid)
-        if wait:
-            raise ReportRejected(Refusal.RATE_LIMITED, "too many verdict watches from this pod", retry_after=wait)
-        return identity
-
-    def _pod(self, identity: Identity) -> PodRecord:
-        from lockstep.operator.reports import ReportRejected
-
-        reconciler = self.server.reconciler
-        pod = reconciler.cache.pod(identity.namespace, identity.pod_name)
-        if pod is None or pod.deleting:
-            raise ReportRejected(Refusal.UNKNOWN_POD, f"pod {identity.namespace}/{identity.pod_name} does not exist")
-        if pod.uid != identity.pod_uid:
-            raise ReportRejected(Refusal.UID_MISMATCH, f"pod {identity.pod_name} has another uid than the token's")
-        if not reconciler.selecting(pod):
-            raise ReportRejected(Refusal.NOT_SELECTED, f"no MCPServerInterface selects pod {identity.pod_name}")
-        return pod
-
     @contextlib.contextmanager
     def _slot(self, key: Key) -> Iterator[None]:
-        from lockstep.operator.reports import ReportRejected
-
         if self._open.get(key, 0) >= MAX_WATCHES_PER_POD:
             raise ReportRejected(Refusal.RATE_LIMITED, "too many open verdict watches for this pod",
                                  retry_after=self.wait)
@@ -183,8 +121,8 @@ class VerdictWatch:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.wait
         while True:
-            pod = self._pod(identity)
-            if not self.server.reconciler.ownership.owns_pod(pod):
+            pod = self.callers.pod(identity)
+            if not self.reconciler.ownership.owns_pod(pod):
                 return None  # handed over meanwhile: asked again, this replica names the owner (421)
             pulse = self.pulses.event(pod.key)
             notice = self._notice(pod)
@@ -197,7 +135,7 @@ class VerdictWatch:
 
     def _notice(self, pod: PodRecord) -> VerdictNotice | None:
         """What the pod's last report would be answered with now (None: no verdict for it here yet)."""
-        reconciler = self.server.reconciler
+        reconciler = self.reconciler
         track = reconciler.state.tracks.get(pod.key)
         if track is None or track.uid != pod.uid or track.verdict is None:
             return None

@@ -37,101 +37,63 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import json
 import logging
-import re
-import socket
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 from aiohttp import web
-from mcp_types import CLIENT_INFO_META_KEY
 from opentelemetry import trace
 
 from lockstep.core.gate import ComponentGate
 from lockstep.proxy import jsonrpc
 from lockstep.proxy.answers import AnswerJudge, Route, UnjudgedError, route
 from lockstep.proxy.exchange import EndpointKey, Exchange, LegacyStream, endpoint_key
+from lockstep.proxy.http_relay import (
+    HOP_BY_HOP,
+    RESPONSE_DROPPED,
+    Isolated,
+    Live,
+    closing,
+    copy_headers,
+    isolation_reason,
+    jsonrpc_response,
+    read_body,
+    read_limited,
+    response_like,
+)
 from lockstep.proxy.jsonrpc import BATCH_REFUSAL, HOST_REFUSED_CODE
 from lockstep.proxy.limits import DEFAULT_CONNECTIONS_PER_SOURCE, DEFAULT_HEADER_TIMEOUT, ConnectionGuard
-from lockstep.proxy.listener import HostPolicy, is_loopback
+from lockstep.proxy.clients import ClientNames
+from lockstep.proxy.listener import HostPolicy, is_loopback, upstream_host_headers
 from lockstep.proxy.metrics import ProxyMetrics
 from lockstep.proxy.policy import CallDecision, Finding, InterfacePolicy, Mode, principal_of
 from lockstep.proxy.sse import EventSplitter, EventTooLargeError, SseEvent, parse_event, replace_data
 
-__all__ = ["DEFAULT_MAX_BODY", "HOST_REFUSED_CODE", "ProxyApp", "ProxyBindError", "ProxyConfigError", "UnjudgedError",
-           "serve_proxy"]
+# Serving it (serve_proxy, ProxyBindError) is lockstep.proxy.serving's; the HTTP side of one relayed answer
+# lockstep.proxy.http_relay's.
+__all__ = ["DEFAULT_MAX_BODY", "HOST_REFUSED_CODE", "ProxyApp", "ProxyConfigError", "UnjudgedError"]
 
 logger = logging.getLogger("lockstep.proxy")
 tracer = trace.get_tracer("lockstep.proxy")
 
 DEFAULT_MAX_BODY = 16 * 1024 * 1024
-#: Request headers that belong to one connection, not to the message (RFC 9110 7.6.1), and the
-#: ones aiohttp computes for the body it sends.
-_HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-connection", "te", "trailer", "transfer-encoding",
-                         "upgrade", "host", "content-length"})
-_RESPONSE_DROPPED = _HOP_BY_HOP | {"content-encoding"}
-#: Client names kept as metric labels; later ones are counted as "other".
-MAX_CLIENT_LABELS = 20
 #: Sessions remembered (their client name, or their legacy SSE stream).
 MAX_SESSIONS = 10_000
 #: Seconds a request body may take to arrive once its headers have.
 DEFAULT_BODY_TIMEOUT = 30.0
-#: Seconds an unread request body (an isolated pod's, a refused Host's) is discarded for before the connection
-#: closes (aiohttp's default is 10): the client gets its answer, and spends little of the proxy's time.
-LINGERING_TIME = 1.0
 #: A body this small is read to answer an isolated request with its id; a larger one is not read at all.
 ISOLATED_READ_LIMIT = 64 * 1024
 #: Seconds a stream has, once the pod is isolated, to end itself (refusals for its pending requests) before its
 #: connection is cut: a client that does not read would otherwise hold it open.
 ISOLATION_GRACE = 1.0
-#: The reason shown to agents: a word of the operator's reason vocabulary (``InterfaceChanged``), never text
-#: the server chose (a verdict message names drift findings by the server's tool names).
-_REASON = re.compile(r"[A-Za-z][A-Za-z0-9]{0,63}")
 
 
 class ProxyConfigError(ValueError):
     """An upstream URL the proxy cannot use."""
-
-
-class ProxyBindError(OSError):
-    """The proxy could not listen on one of the address families the host has: something else holds its
-    port there (the application, answering agents past the proxy)."""
-
-
-class _Isolated(Exception):
-    """The pod was isolated while an answer was being relayed: nothing more of it goes out."""
-
-
-@dataclass(eq=False)
-class _Live:
-    """An upstream answer being relayed: cut when the pod is isolated."""
-
-    request: web.Request
-    upstream: aiohttp.ClientResponse
-    exchange: Exchange
-    response: web.StreamResponse | None = None
-
-    def cut(self) -> None:
-        """Close the upstream side: a relay waiting for the server's next bytes wakes up at once."""
-        self.upstream.close()
-
-    def abort(self) -> None:
-        """Cut the client's connection (what it has not received yet never reaches it)."""
-        transport = self.request.transport
-        if transport is not None:
-            transport.abort()
-
-
-def isolation_reason(reason: str) -> str:
-    """``reason`` as agents are shown it: its first word when that is a plain identifier, else "NotVerified"."""
-    head = reason.split(":", 1)[0].strip()
-    return head if _REASON.fullmatch(head) else "NotVerified"
 
 
 #: The names this module had before the exchange and the judging of answers moved out (the fuzz targets
@@ -167,8 +129,7 @@ class ProxyApp:
         self.answers = AnswerJudge(InterfacePolicy(gate, mode, on_finding=self._found), metrics or ProxyMetrics(),
                                    max_body)
         self._on_finding = on_finding
-        self._clients: dict[str, str] = {}  # session id -> client name (the 2025 handshake names it once)
-        self._client_labels: set[str] = set()
+        self.clients = ClientNames(MAX_SESSIONS)
         self._session: aiohttp.ClientSession | None = None
         self._legacy: dict[EndpointKey, LegacyStream] = {}
         self.body_timeout = body_timeout
@@ -177,7 +138,7 @@ class ProxyApp:
         #: Enforcement Isolate, once the pod's verdict is not True: why (see :meth:`isolate`); None: requests pass.
         self._isolated: str | None = None
         #: Every upstream answer being relayed now (cut at isolation).
-        self._live: set[_Live] = set()
+        self._live: set[Live] = set()
 
     @property
     def isolated(self) -> str | None:
@@ -213,7 +174,7 @@ class ProxyApp:
         self._isolated = None
         self.policy.isolated = None
 
-    def _abort_left(self, live: list[_Live]) -> None:
+    def _abort_left(self, live: list[Live]) -> None:
         for entry in live:
             if entry in self._live:
                 entry.abort()
@@ -251,34 +212,8 @@ class ProxyApp:
         if not self._upstream_host_given:
             self.upstream_host = None if is_loopback(host) else self._upstream_netloc
 
-    def _upstream_host_headers(self, request: web.Request) -> list[tuple[str, str]]:
-        """``Host`` (and ``Origin``) as the upstream gets them. The client's, except that a loopback name
-        with this listener's port (the client reached the proxy, as the server's own allow-list
-        would have it reach the server) takes the upstream's port, in ``Host`` and in an ``Origin`` of
-        the same host: a server that allows only its own port keeps working, and a foreign name still
-        reaches the server's own check unchanged."""
-        if self.upstream_host is not None:
-            return [("Host", self.upstream_host)]
-        host = request.headers.get("Host")
-        if not host:
-            return []
-        name, _, port = host.rpartition(":") if not host.endswith("]") else (host, "", "")
-        if not name or not port.isdigit():
-            name, port = host, ""
-        upstream_port = urlsplit(self.upstream_origin).port
-        if not is_loopback(name) or upstream_port is None or \
-                (port or "80") != str(self._listen_port):
-            return [("Host", host)]
-        mapped = f"{name}:{upstream_port}"
-        headers = [("Host", mapped)]
-        origin = request.headers.get("Origin")
-        for scheme in ("http", "https"):
-            if origin is not None and origin.lower().rstrip("/") == f"{scheme}://{host}".lower():
-                headers.append(("Origin", f"{scheme}://{mapped}"))
-        return headers
-
     def _found(self, finding: Finding) -> None:
-        self.metrics.finding(finding, self._client_label(finding.client))
+        self.metrics.finding(finding, self.clients.label(finding.client))
         logger.warning(json.dumps({"event": "lockstep.withheld", "action": finding.action,
                                    "component": finding.verdict.ref, "reason": finding.verdict.reason.value,
                                    "digest": finding.verdict.digest, "method": finding.method,
@@ -290,19 +225,6 @@ class ProxyApp:
         app = web.Application(client_max_size=self.max_body)
         app.router.add_route("*", "/{tail:.*}", self.handle)
         app.cleanup_ctx.append(self._client_session)
-        return app
-
-    def metrics_app(self) -> web.Application:
-        """``/metrics`` in the Prometheus text format."""
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-        async def serve_metrics(request: web.Request) -> web.Response:
-            response = web.Response(body=generate_latest(self.metrics.registry))
-            response.headers["Content-Type"] = CONTENT_TYPE_LATEST
-            return response
-
-        app = web.Application()
-        app.router.add_get("/metrics", serve_metrics)
         return app
 
     async def _client_session(self, app: web.Application) -> AsyncIterator[None]:
@@ -322,14 +244,14 @@ class ProxyApp:
             self.metrics.refused_hosts.inc()
             logger.warning(json.dumps({"event": "lockstep.refused", "reason": refusal,
                                        "method": request.method, "path": request.path}))
-            refused = _jsonrpc_response(jsonrpc.error(None, HOST_REFUSED_CODE, f"lockstep proxy: {refusal}"), status=403)
-            return _closing(refused) if request.body_exists else refused
+            refused = jsonrpc_response(jsonrpc.error(None, HOST_REFUSED_CODE, f"lockstep proxy: {refusal}"), status=403)
+            return closing(refused) if request.body_exists else refused
         if self._isolated is not None:  # before the body is read: an isolated pod spends nothing on it
             return await self._refuse_isolated(request)
         try:
-            body = await _read_body(request, self.body_timeout)
+            body = await read_body(request, self.body_timeout)
         except TimeoutError:
-            return _closing(web.Response(status=408, text="lockstep proxy: the request body was too slow\n"))
+            return closing(web.Response(status=408, text="lockstep proxy: the request body was too slow\n"))
         if self._isolated is not None:
             return self._isolated_response(body)
         exchange, messages = self._exchange(request, body)
@@ -338,14 +260,14 @@ class ProxyApp:
             if legacy is not None:  # the legacy SSE transport answers on its GET stream, never in the POST
                 await legacy.write(jsonrpc.event_bytes(BATCH_REFUSAL))
                 return web.Response(status=202, text="Accepted")
-            return _jsonrpc_response(BATCH_REFUSAL, status=400)
+            return jsonrpc_response(BATCH_REFUSAL, status=400)
         decision = self.policy.decide_call(messages, exchange.principal, exchange.client)
         if decision is not None and decision.error is not None:
             self.metrics.calls.labels("refused").inc()
             if legacy is not None:  # the legacy SSE transport answers on its GET stream, never in the POST
                 await legacy.write(jsonrpc.event_bytes(decision.error))
                 return web.Response(status=202, text="Accepted")
-            return _jsonrpc_response(decision.error)
+            return jsonrpc_response(decision.error)
         if legacy is not None:
             legacy.expect(exchange)
         if decision is not None:
@@ -377,7 +299,7 @@ class ProxyApp:
                 messages = json.loads(body)
             except ValueError:
                 messages = None  # the server answers malformed JSON itself
-        client = self._client_name(messages, session_id)
+        client = self.clients.of(messages, session_id)
         methods: dict[Any, str] = {}
         for message in messages if isinstance(messages, list) else [messages]:
             if isinstance(message, dict) and isinstance(message.get("method"), str) and "id" in message:
@@ -385,38 +307,12 @@ class ProxyApp:
         legacy = endpoint_key(request.raw_path) if request.method == "POST" and self._legacy else None
         return Exchange(principal, client, methods, legacy), messages
 
-    def _client_name(self, message: Any, session_id: str) -> str:
-        params = message.get("params") if isinstance(message, dict) else None
-        info = None
-        if isinstance(params, dict):
-            info = params.get("clientInfo")
-            meta = params.get("_meta")
-            if info is None and isinstance(meta, dict):
-                info = meta.get(CLIENT_INFO_META_KEY)
-        name = info.get("name") if isinstance(info, dict) else None
-        if isinstance(name, str) and name:
-            name = name[:64]
-            self._remember_client(session_id, name)
-            return name
-        return self._clients.get(session_id, "unknown")
-
-    def _remember_client(self, session_id: str | None, name: str) -> None:
-        """The 2025 handshake names the client once per session: keep it for the session's later requests."""
-        if session_id and name != "unknown" and len(self._clients) < MAX_SESSIONS:
-            self._clients[session_id] = name
-
-    def _client_label(self, client: str) -> str:
-        if client in self._client_labels or len(self._client_labels) < MAX_CLIENT_LABELS:
-            self._client_labels.add(client)
-            return client
-        return "other"
-
     # ------------------------------------------------------------ responses
 
     async def _forward(self, request: web.Request, body: bytes, exchange: Exchange) -> web.StreamResponse:
         assert self._session is not None, "the proxy's client session is not open"
-        replaced = self._upstream_host_headers(request)
-        dropped = _HOP_BY_HOP | {name.lower() for name, _ in replaced}
+        replaced = upstream_host_headers(request.headers, self.upstream_host, self.upstream_origin, self._listen_port)
+        dropped = HOP_BY_HOP | {name.lower() for name, _ in replaced}
         headers = [(name, value) for name, value in request.headers.items() if name.lower() not in dropped]
         headers += replaced
         url = self.upstream_origin + request.raw_path
@@ -427,19 +323,19 @@ class ProxyApp:
         except (aiohttp.ClientError, OSError) as error:
             logger.warning("upstream %s unreachable: %s", self.upstream_origin, error)
             return web.Response(status=502, text=f"lockstep proxy: the upstream server is unreachable: {error}\n")
-        live = _Live(request, upstream, exchange)
+        live = Live(request, upstream, exchange)
         self._live.add(live)
         try:
             async with upstream:
                 if self._isolated is not None:  # isolated while the server answered: nothing of it goes out
                     return self._isolated_response(body)
                 self.metrics.upstream_seconds.observe(time.perf_counter() - started)
-                self._remember_client(upstream.headers.get("Mcp-Session-Id"), exchange.client)
+                self.clients.remember(upstream.headers.get("Mcp-Session-Id"), exchange.client)
                 return await self._relay(request, body, live)
         finally:
             self._live.discard(live)
 
-    async def _relay(self, request: web.Request, body: bytes, live: _Live) -> web.StreamResponse:
+    async def _relay(self, request: web.Request, body: bytes, live: Live) -> web.StreamResponse:
         upstream, exchange = live.upstream, live.exchange
         content_types = upstream.headers.getall("Content-Type", [])
         relay = route(request.method, upstream.status, content_types, exchange)
@@ -448,7 +344,7 @@ class ProxyApp:
         if relay is Route.JSON:
             try:
                 return await self._json(request, upstream, exchange)
-            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, _Isolated):
+            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, Isolated):
                 if self._isolated is None:
                     raise
                 return self._isolated_response(body)
@@ -466,9 +362,9 @@ class ProxyApp:
     async def _json(self, request: web.Request, upstream: aiohttp.ClientResponse,
                     exchange: Exchange) -> web.StreamResponse:
         """The answer parsed, judged and re-serialised: what the client parses is what was judged."""
-        body, complete = await _read_limited(upstream, self.max_body)
+        body, complete = await read_limited(upstream, self.max_body)
         if self._isolated is not None:
-            raise _Isolated()
+            raise Isolated()
         if not complete:
             return self._refuse_unjudged(exchange, f"an answer larger than {self.max_body} bytes")
         try:
@@ -476,7 +372,7 @@ class ProxyApp:
         except UnjudgedError as error:
             return self._refuse_unjudged(exchange, str(error))
         response = web.Response(status=upstream.status, reason=upstream.reason, body=body)
-        _copy_headers(upstream, response, _RESPONSE_DROPPED | {"content-type"})
+        copy_headers(upstream, response, RESPONSE_DROPPED | {"content-type"})
         response.headers["Content-Type"] = "application/json"
         return response
 
@@ -484,9 +380,9 @@ class ProxyApp:
         """A JSON answer body as the proxy sends it on (see :meth:`AnswerJudge.normalise_json`)."""
         return self.answers.normalise_json(body, exchange)
 
-    async def _events(self, request: web.Request, live: _Live, normalise: bool = False) -> web.StreamResponse:
+    async def _events(self, request: web.Request, live: Live, normalise: bool = False) -> web.StreamResponse:
         upstream, exchange = live.upstream, live.exchange
-        response = live.response = _response_like(upstream)
+        response = live.response = response_like(upstream)
         response.headers["X-Accel-Buffering"] = "no"
         if normalise:  # the proxy read it as an event stream: so will every client
             response.headers.popall("Content-Type", None)
@@ -509,7 +405,7 @@ class ProxyApp:
             logger.warning("closing an event stream from %s: %s", self.upstream_origin, error)
             self.metrics.unjudged.inc()
             return response
-        except _Isolated:
+        except Isolated:
             pass
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError) as error:
             logger.info("the upstream stream ended: %s", error)
@@ -518,7 +414,7 @@ class ProxyApp:
                 self._legacy.pop(legacy.endpoint, None)
         if self._isolated is not None:
             return await self._end_isolated(response, exchange)
-        with contextlib.suppress(ConnectionError, _Isolated):
+        with contextlib.suppress(ConnectionError, Isolated):
             last, rest = splitter.finish()
             try:
                 for raw in last:
@@ -532,7 +428,7 @@ class ProxyApp:
     async def _send(self, response: web.StreamResponse, data: bytes) -> None:
         """Write relayed bytes, unless the pod is isolated (checked on every event, not once per request)."""
         if self._isolated is not None:
-            raise _Isolated()
+            raise Isolated()
         await response.write(data)
 
     async def _end_isolated(self, response: web.StreamResponse, exchange: Exchange) -> web.StreamResponse:
@@ -561,10 +457,10 @@ class ProxyApp:
         self._legacy[key] = legacy
         return legacy, raw
 
-    async def _passthrough(self, request: web.Request, live: _Live) -> web.StreamResponse:
-        response = live.response = _response_like(live.upstream)
+    async def _passthrough(self, request: web.Request, live: Live) -> web.StreamResponse:
+        response = live.response = response_like(live.upstream)
         await response.prepare(request)
-        with contextlib.suppress(_Isolated, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
+        with contextlib.suppress(Isolated, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError):
             async for chunk in live.upstream.content.iter_any():
                 await self._send(response, chunk)
             await response.write_eof()
@@ -575,11 +471,11 @@ class ProxyApp:
         with its id), within the body deadline; a larger one is not read, and its connection closes."""
         length = request.content_length
         if request.body_exists and (length is None or length > ISOLATED_READ_LIMIT):
-            return _closing(self._isolated_response(b""))
+            return closing(self._isolated_response(b""))
         try:
-            body = await _read_body(request, self.body_timeout)
+            body = await read_body(request, self.body_timeout)
         except TimeoutError:
-            return _closing(self._isolated_response(b""))
+            return closing(self._isolated_response(b""))
         return self._isolated_response(body)
 
     def _isolated_response(self, body: bytes) -> web.Response:
@@ -593,123 +489,7 @@ class ProxyApp:
             message = None
         if isinstance(message, dict):
             request_id = message.get("id")
-        return _jsonrpc_response(jsonrpc.isolated(request_id, self._isolated or ""), status=503)
+        return jsonrpc_response(jsonrpc.isolated(request_id, self._isolated or ""), status=503)
 
     def _refuse_unjudged(self, exchange: Exchange, detail: str) -> web.Response:
-        return _jsonrpc_response(self.answers.refusal(exchange, detail))
-
-
-async def _read_body(request: web.Request, timeout: float) -> bytes:
-    """The request body (up to the app's limit), within ``timeout`` seconds (TimeoutError)."""
-    if request.content.is_eof():  # all here already: no deadline to arm
-        return await request.read()
-    async with asyncio.timeout(timeout):
-        return await request.read()
-
-
-def _closing(response: web.Response) -> web.Response:
-    response.force_close()  # a body the proxy did not read (whole) must not be taken for the next request
-    return response
-
-
-async def _read_limited(upstream: aiohttp.ClientResponse, limit: int) -> tuple[bytes, bool]:
-    """The body, and whether it is complete (False: the first ``limit``-plus bytes only)."""
-    chunks, size = [], 0
-    async for chunk in upstream.content.iter_any():
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            return b"".join(chunks), False
-    return b"".join(chunks), True
-
-
-def _response_like(upstream: aiohttp.ClientResponse) -> web.StreamResponse:
-    response = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-    _copy_headers(upstream, response)
-    return response
-
-
-def _copy_headers(upstream: aiohttp.ClientResponse, response: web.StreamResponse,
-                  dropped: frozenset[str] = _RESPONSE_DROPPED) -> None:
-    for name, value in upstream.headers.items():
-        if name.lower() not in dropped:
-            response.headers.add(name, value)
-
-
-def _jsonrpc_response(message: Any, status: int = 200) -> web.Response:
-    return web.Response(status=status, body=json.dumps(message).encode(), content_type="application/json")
-
-
-async def serve_proxy(app: ProxyApp, host: str, port: int, *, shutdown_timeout: float = 5.0) -> web.AppRunner:
-    """Start serving on ``host:port``; return the runner (``await runner.cleanup()`` to stop).
-
-    A wildcard ``host`` ("0.0.0.0", "::" or "") listens on both address families, on a socket each; if the
-    port cannot be had on a family this host has (the application took it there first), ProxyBindError:
-    agents on that family would reach the application instead.
-
-    On stop, open streams (a GET stream, ``subscriptions/listen``) get ``shutdown_timeout``
-    seconds before they are cut: clients reconnect, to this proxy or the next one."""
-    runner = web.AppRunner(app.web_app(), handle_signals=False, access_log=None, shutdown_timeout=shutdown_timeout,
-                           lingering_time=LINGERING_TIME)
-    await runner.setup()
-    assert runner.server is not None
-    app.guard.install(runner.server)
-    try:
-        if host in WILDCARDS:
-            for sock in wildcard_sockets(port):
-                await web.SockSite(runner, sock).start()
-        else:
-            await web.TCPSite(runner, host, port).start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    bound = port or int(runner.addresses[0][1])
-    app.listening_on(host, bound)
-    return runner
-
-
-#: Listen addresses that mean "every address of this pod".
-WILDCARDS = frozenset({"0.0.0.0", "::", ""})
-
-
-def wildcard_sockets(port: int) -> list[socket.socket]:
-    """Listening sockets on ``port`` (0: one free port for both) for every address of each family the host has:
-    ``0.0.0.0`` and ``[::]`` (IPv6 only, so that the two never overlap). A family the kernel lacks is
-    skipped; a port taken on a family it has raises ProxyBindError."""
-    sockets: list[socket.socket] = []
-    try:
-        for family, address in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
-            sock = _listening(family, address, port)
-            if sock is not None:
-                sockets.append(sock)
-                port = port or sock.getsockname()[1]
-    except BaseException:
-        for sock in sockets:
-            sock.close()
-        raise
-    if not sockets:
-        raise ProxyBindError(errno.EAFNOSUPPORT, f"no address family to listen on port {port}")
-    return sockets
-
-
-def _listening(family: socket.AddressFamily, address: str, port: int) -> socket.socket | None:
-    try:
-        sock = socket.socket(family, socket.SOCK_STREAM)
-    except OSError as error:
-        if error.errno in (errno.EAFNOSUPPORT, errno.EPROTONOSUPPORT):
-            return None  # the kernel has no such family
-        raise
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if family == socket.AF_INET6:
-            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-        sock.bind((address, port))
-        sock.listen(1024)
-        sock.setblocking(False)
-    except OSError as error:
-        sock.close()
-        if family == socket.AF_INET6 and error.errno == errno.EADDRNOTAVAIL:
-            return None  # IPv6 is disabled in this pod
-        raise ProxyBindError(error.errno, f"cannot listen on [{address}]:{port}: {error.strerror}; something else "
-                                          f"holds the port there") from None
-    return sock
+        return jsonrpc_response(self.answers.refusal(exchange, detail))

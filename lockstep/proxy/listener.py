@@ -13,10 +13,11 @@ port), ``*`` (anything: no check).
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
-__all__ = ["HostPolicy", "is_loopback"]
+__all__ = ["HostPolicy", "is_loopback", "upstream_host_headers"]
 
 _LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
 
@@ -94,3 +95,30 @@ def _matches(value: str, patterns: tuple[str, ...]) -> bool:
             if value == base or (value.startswith(base + ":") and value[len(base) + 1:].isdigit()):
                 return True
     return False
+
+
+def upstream_host_headers(headers: Mapping[str, str], upstream_host: str | None, upstream_origin: str,
+                          listen_port: int | None) -> list[tuple[str, str]]:
+    """``Host`` (and ``Origin``) as the upstream gets them: ``upstream_host`` when set; else the client's, except
+    that a loopback name with this listener's port (the client reached the proxy, as the server's own allow-list
+    would have it reach the server) takes the upstream's port, in ``Host`` and in an ``Origin`` of the same host: a
+    server that allows only its own port keeps working, and a foreign name still reaches the server's own check
+    unchanged."""
+    if upstream_host is not None:
+        return [("Host", upstream_host)]
+    host = headers.get("Host")
+    if not host:
+        return []
+    name, _, port = host.rpartition(":") if not host.endswith("]") else (host, "", "")
+    if not name or not port.isdigit():
+        name, port = host, ""
+    upstream_port = urlsplit(upstream_origin).port
+    if not is_loopback(name) or upstream_port is None or (port or "80") != str(listen_port):
+        return [("Host", host)]
+    mapped = f"{name}:{upstream_port}"
+    result = [("Host", mapped)]
+    origin = headers.get("Origin")
+    for scheme in ("http", "https"):
+        if origin is not None and origin.lower().rstrip("/") == f"{scheme}://{host}".lower():
+            result.append(("Origin", f"{scheme}://{mapped}"))
+    return result

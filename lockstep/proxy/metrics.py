@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
 from lockstep.proxy.policy import Finding
 
@@ -34,3 +35,14 @@ class ProxyMetrics:
     def finding(self, finding: Finding, client_label: str) -> None:
         self.findings.labels(finding.action, finding.verdict.kind.value, finding.verdict.reason.value,
                              client_label).inc()
+
+    def web_app(self) -> web.Application:
+        """``/metrics`` in the Prometheus text format (``lockstep proxy --metrics-port``)."""
+        async def serve_metrics(request: web.Request) -> web.Response:
+            response = web.Response(body=generate_latest(self.registry))
+            response.headers["Content-Type"] = CONTENT_TYPE_LATEST
+            return response
+
+        app = web.Application()
+        app.router.add_get("/metrics", serve_metrics)
+        return app

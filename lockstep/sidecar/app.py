@@ -16,9 +16,10 @@ from lockstep import reader
 from lockstep.core.gate import ComponentGate
 from lockstep.core.ignore import IgnoreRules
 from lockstep.core.report import Observation
-from lockstep.proxy.app import ProxyApp, serve_proxy
+from lockstep.proxy.app import ProxyApp
 from lockstep.proxy.metrics import ProxyMetrics
 from lockstep.proxy.policy import Finding, Mode
+from lockstep.proxy.serving import serve_proxy
 from lockstep.sidecar.health import HealthServer
 from lockstep.sidecar.metrics import SidecarMetrics
 from lockstep.sidecar.prober import Prober

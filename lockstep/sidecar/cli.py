@@ -31,7 +31,7 @@ def sidecar_command(log_level: str) -> None:
     """
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     skip_package_inits()  # before the reader imports the mcp SDK: the sidecar needs its client half only
-    from lockstep.proxy.app import ProxyBindError
+    from lockstep.proxy.serving import ProxyBindError
 
     try:
         asyncio.run(_main())

@@ -7,7 +7,7 @@ from typing import Any
 
 from lockstep_testing.interface_admission import manifest
 
-from lockstep.cli.check import Status
+from lockstep.cli.check_results import Status
 from lockstep.cli.check_approvals import approval_results
 from lockstep.core.approver_keys import generate_key, signer_of_pem
 from lockstep.core.revision import Revision

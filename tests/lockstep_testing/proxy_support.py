@@ -28,8 +28,9 @@ from mcp.shared.exceptions import MCPError
 from lockstep.core.gate import ComponentGate
 from lockstep.core.model import Interface
 from lockstep.core.revision import Revision
-from lockstep.proxy.app import ProxyApp, serve_proxy
+from lockstep.proxy.app import ProxyApp
 from lockstep.proxy.policy import Finding, Mode
+from lockstep.proxy.serving import serve_proxy
 
 __all__ = ["AgentView", "ProxyHandle", "agent_read", "running_proxy"]
 

@@ -27,7 +27,8 @@ from mcp.shared.exceptions import MCPError
 
 from lockstep.core.model import Interface
 from lockstep.demo.control_plane import free_port
-from lockstep.proxy.app import ProxyApp, ProxyBindError, serve_proxy
+from lockstep.proxy.app import ProxyApp
+from lockstep.proxy.serving import ProxyBindError, serve_proxy
 from lockstep.sidecar.app import running_sidecar
 from lockstep.sidecar.settings import SidecarSettings
 
