@@ -19,6 +19,7 @@ from lockstep.demo.control_plane import (
 from lockstep.demo.kubelet import Kubelet
 from lockstep_testing.lockstep_install import Installation, api_path, apply, install_crds, install_lockstep
 from lockstep_testing.polling import eventually_sync
+from lockstep_testing.weather_mcp import weather_mcp  # noqa: F401  (the fixture mcp: the weather tools)
 
 HERE = Path(__file__).resolve().parent
 

@@ -12,20 +12,18 @@
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
 import secrets
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from lockstep_testing.cluster_objects import GATE, TOOLS, condition, lockstep_cli, pin, pod_of, weather_pod
+from lockstep_testing.cluster_objects import GATE, condition, lockstep_cli, pin, pod_of, weather_pod
 from lockstep.demo.control_plane import ControlPlane, ControlPlaneError
 from lockstep.demo.kubelet import Kubelet
 from lockstep_testing.lockstep_install import Installation, api_path, apply, render_chart
 from lockstep_testing.loopback import McpServerHandle
-from lockstep_testing.mcp_servers import MutableServer
 from lockstep_testing.polling import eventually
 from lockstep_testing.tenant import policies_of
 
@@ -39,14 +37,6 @@ def refused(plane: ControlPlane, body: dict[str, Any], path: str | None = None) 
     with pytest.raises(ControlPlaneError, match="HTTP 403") as error:
         plane.call("POST", path or api_path("Pod", body["metadata"]["namespace"]), body)
     return str(error.value)
-
-
-@pytest.fixture
-async def mcp() -> AsyncIterator[McpServerHandle]:
-    handle = McpServerHandle(MutableServer(tools=copy.deepcopy(TOOLS), instructions="Weather tools.",
-                                           kinds=("tools",)))
-    async with handle.serving():
-        yield handle
 
 
 @pytest.fixture

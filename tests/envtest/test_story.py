@@ -13,17 +13,13 @@ Enforcement Isolate puts the sidecar's in-line proxy on the agents' path (issue 
 
 from __future__ import annotations
 
-import copy
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from lockstep_testing.cluster_objects import (
     GATE,
     POISON,
-    TOOLS,
     condition,
     endpoint_ready,
     lockstep_cli,
@@ -36,18 +32,9 @@ from lockstep.demo.control_plane import ControlPlane, free_port
 from lockstep.demo.kubelet import Kubelet, PodProcess, RunningPod
 from lockstep_testing.lockstep_install import Installation, api_path, apply
 from lockstep_testing.loopback import McpServerHandle
-from lockstep_testing.mcp_servers import MutableServer
 from lockstep_testing.polling import eventually
 
 WEATHER_SERVER = Path(__file__).resolve().parents[2] / "examples" / "weather_server.py"
-
-
-@pytest.fixture
-async def mcp() -> AsyncIterator[McpServerHandle]:
-    handle = McpServerHandle(MutableServer(tools=copy.deepcopy(TOOLS), instructions="Weather tools.",
-                                           kinds=("tools",)))
-    async with handle.serving():
-        yield handle
 
 
 async def start_weather_pod(plane: ControlPlane, kubelet: Kubelet, namespace: str, name: str,

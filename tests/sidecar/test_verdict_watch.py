@@ -24,9 +24,9 @@ from lockstep_testing.lockstep_cluster import (
     start_pod,
 )
 from lockstep_testing.loopback import McpServerHandle
-from lockstep_testing.mcp_servers import MutableServer
 from lockstep_testing.polling import eventually
 from lockstep_testing.proxy_support import agent_read
+from lockstep_testing.weather_mcp import weather_mcp  # noqa: F401  (the fixture mcp: the weather tools)
 
 from lockstep import reader
 from lockstep.core.model import Interface
@@ -42,14 +42,6 @@ RESOURCE = f"/apis/lockstep.dev/v1alpha1/namespaces/{NAMESPACE}/mcpserverinterfa
 async def cluster(kmock: Emulator, tmp_path: Path) -> AsyncIterator[Cluster]:
     async with lockstep_cluster(kmock, tmp_path) as running:
         yield running
-
-
-@pytest.fixture
-async def mcp() -> AsyncIterator[McpServerHandle]:
-    handle = McpServerHandle(MutableServer(tools=copy.deepcopy(TOOLS), instructions="Weather tools.",
-                                           kinds=("tools",)))
-    async with handle.serving():
-        yield handle
 
 
 def changed_revision(served: Revision) -> Revision:
