@@ -9,15 +9,14 @@ import asyncio
 import contextlib
 import copy
 import datetime
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from lockstep_testing.cluster_objects import GATE, POISON, TOOLS, condition, endpoint_ready, pod_of, weather_pod, \
+from lockstep_testing.cluster_objects import GATE, POISON, condition, endpoint_ready, pod_of, weather_pod, \
     weather_service
 from lockstep_testing.lockstep_install import Installation, api_path, apply
 from lockstep_testing.loopback import McpServerHandle
-from lockstep_testing.mcp_servers import MutableServer
 from lockstep_testing.polling import eventually
 from lockstep_testing.tenant import APPROVER, DEPLOYER, approver_objects, call_as, deployer_objects
 
@@ -43,14 +42,6 @@ def approval_policy(control_plane: ControlPlane, namespace: str) -> Iterator[dic
     yield created
     with contextlib.suppress(ControlPlaneError):
         control_plane.call("DELETE", api_path("MCPApprovalPolicy", name=body["metadata"]["name"]))
-
-
-@pytest.fixture
-async def mcp() -> AsyncIterator[McpServerHandle]:
-    handle = McpServerHandle(MutableServer(tools=copy.deepcopy(TOOLS), instructions="Weather tools.",
-                                           kinds=("tools",)))
-    async with handle.serving():
-        yield handle
 
 
 def sign(manifest: dict[str, Any], sequence: int, *keys: Any, days: int = 1) -> dict[str, Any]:
