@@ -146,16 +146,18 @@ class ExposureWatch:
             self._on_change(exposure)
         return exposure
 
+    async def refresh(self) -> Exposure:
+        """Check now (the tables, or the stand-in's connect check); the finding so far. Never raises."""
+        try:
+            return self.check() if self._stand_in is None else await self.check_stand_in()
+        except Exception:  # never let the watch die: the next tick tries again
+            logger.exception("Unexpected error in the exposure check")
+            return self.current
+
     async def run(self) -> None:
         """Check until cancelled; never raises."""
         while True:
-            try:
-                if self._stand_in is None:
-                    self.check()
-                else:
-                    await self.check_stand_in()
-            except Exception:  # never let the watch die: the next tick tries again
-                logger.exception("Unexpected error in the exposure check")
+            await self.refresh()
             # Jittered: a listener that opens between two reads cannot time itself to a fixed period.
             await asyncio.sleep(self._interval * random.uniform(0.5, 1.0))
 

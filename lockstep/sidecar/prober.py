@@ -153,6 +153,10 @@ class Prober:
         if observation.digest is not None:
             self._metrics.observe_interface(observation.digest)
         self._last_failure = None
+        if self.exposure is not None and self.last_observation is None:
+            # The first report carries a check made after the server answered: a server that listens past the
+            # proxy from its start is never verified, not even until the watch's next tick.
+            await self.exposure.refresh()
         self._report(observation)
         logger.info("Probe (%s): %s", trigger, observation.digest.digest if observation.digest else "?")
 
