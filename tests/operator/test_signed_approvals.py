@@ -51,6 +51,7 @@ async def test_the_operator_counts_the_untrusted_revisions_of_each_resource(kmoc
             return samples[0] if samples else None
 
         await eventually(lambda: untrusted() == 1, what="one untrusted revision counted")
-        kmock.objects["lockstep.dev/v1alpha1/mcpserverinterfaces", "agents", "weather"] = \
-            {**signed(body), "metadata": {**body["metadata"], "resourceVersion": "2"}}
+        path = "/apis/lockstep.dev/v1alpha1/namespaces/agents/mcpserverinterfaces/weather"
+        async with kmock.patch(path, json={"spec": {"approved": signed(body)["spec"]["approved"]}}) as response:
+            assert response.status < 300, await response.text()  # a watch event, as the API server sends one
         await eventually(lambda: untrusted() == 0, what="none once it is signed")
