@@ -13,9 +13,9 @@ from lockstep.cli.check_results import CheckResult, Context, Status
 from lockstep.core.names import GROUP, PLURAL, POLICY_KIND, POLICY_PLURAL, VERSION
 from lockstep.core.trust_policy import (
     BrokenPolicy,
-    PolicyError,
     TrustPolicy,
     decide_trust,
+    parse_policy,
 )
 
 __all__ = ["KEY_WARN_DAYS", "approval_results", "check_approvals"]
@@ -48,16 +48,13 @@ def approval_results(policies: Sequence[Mapping[str, Any]], resources: Sequence[
         return
     parsed: list[TrustPolicy | BrokenPolicy] = []
     for body in policies:
-        name = str((body.get("metadata") or {}).get("name"))
-        try:
-            policy = TrustPolicy.from_resource(body)
-        except PolicyError as error:
-            parsed.append(BrokenPolicy(name, str(error)))
-            yield CheckResult(NAME, Status.FAIL, f"{POLICY_KIND} {name} is unusable, so nothing it covers is trusted: "
-                                                 f"{error}", "fix the policy (kubectl edit)")
-            continue
+        policy = parse_policy(body)
         parsed.append(policy)
-        yield CheckResult(NAME, Status.OK, f"{POLICY_KIND} {name}: {policy.threshold} of {len(policy.keys)} keys; "
+        if isinstance(policy, BrokenPolicy):
+            yield CheckResult(NAME, Status.FAIL, f"{POLICY_KIND} {policy.name} is unusable, so nothing it covers is "
+                                                 f"trusted: {policy.error}", "fix the policy (kubectl edit)")
+            continue
+        yield CheckResult(NAME, Status.OK, f"{POLICY_KIND} {policy.name}: {policy.threshold} of {len(policy.keys)} keys; "
                                            + "; ".join(_scope_text(scope) for scope in policy.scopes))
         yield from _keys(policy, now)
     for resource in resources:

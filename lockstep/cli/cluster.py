@@ -371,17 +371,12 @@ def signature_lines(resource: Mapping[str, Any], policies: Sequence[Mapping[str,
     """Approved revision -> who signed it: the approvers' names and whether the policies trust it, where the
     MCPApprovalPolicy objects could be read; else the statement's sequence and the signing key ids."""
     from lockstep.core.signed_approval import ATTESTATION_FIELD, MalformedAttestationError, SignedApproval
-    from lockstep.core.trust_policy import BrokenPolicy, PolicyError, TrustPolicy, decide_trust
+    from lockstep.core.trust_policy import decide_trust, parse_policy
 
     metadata = resource.get("metadata") or {}
     namespace, name = str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
     entries = (resource.get("spec") or {}).get("approved") or []
-    parsed: list[TrustPolicy | BrokenPolicy] = []
-    for body in policies:
-        try:
-            parsed.append(TrustPolicy.from_resource(body))
-        except PolicyError as error:
-            parsed.append(BrokenPolicy(str((body.get("metadata") or {}).get("name")), str(error)))
+    parsed = [parse_policy(body) for body in policies]
     decision = decide_trust(entries, namespace, name, parsed, datetime.datetime.now(datetime.UTC)) if parsed else None
     lines: dict[str, str] = {}
     for entry in entries:
@@ -415,10 +410,10 @@ def render_resource_drift(resource: Mapping[str, Any], drifts: Sequence[Observed
     bold = (lambda text: f"{_BOLD}{text}{_RESET}") if color else (lambda text: text)
     lines = [bold(f"{KIND} {metadata.get('namespace')}/{metadata.get('name')}") +
              f": {status.get('phase') or 'no status yet'}, {status.get('podsReady') or '0/0'} pods ready"]
-    signatures = signature_lines(resource, policies) if policies or any(
-        isinstance(entry, Mapping) and entry.get("attestation") for entry in (resource.get("spec") or {}).get("approved") or []) \
-        else {}
-    lines += [f"approved: {digest}" + (f" ({signatures[digest]})" if digest in signatures else "")
+    # Who signed what, once there is a policy or a statement to speak of (else the lines stay as they were).
+    signatures = signature_lines(resource, policies)
+    signed = bool(policies) or any(line != "unsigned" for line in signatures.values())
+    lines += [f"approved: {digest}" + (f" ({signatures[digest]})" if signed and digest in signatures else "")
               for digest in approved] or ["approved: none"]
     trusted = status.get("trusted")
     if isinstance(trusted, Mapping) and trusted.get("digest"):

@@ -37,7 +37,7 @@ from securesystemslib.dsse import Envelope
 from securesystemslib.signer import Signature, Signer
 
 from lockstep.core.digest import DIGEST_PREFIX, ComponentDigest, InterfaceDigest
-from lockstep.core.errors import LockstepError, MalformedInterfaceError
+from lockstep.core.errors import LockstepError
 from lockstep.core.names import APPROVAL_PREDICATE_TYPE
 from lockstep.core.revision import Revision
 
@@ -145,7 +145,7 @@ class ApprovalStatement:
         try:
             digest = InterfaceDigest.from_components(
                 (ComponentDigest.from_dict(entry) for entry in components), str(predicate.get("formula")))
-        except (MalformedInterfaceError, LockstepError, TypeError, AttributeError) as error:
+        except (LockstepError, TypeError, AttributeError) as error:
             raise MalformedAttestationError(f"the statement's components: {error}") from None
         if digest.digest != DIGEST_PREFIX + aggregate:
             raise MalformedAttestationError("the statement's components do not digest to its subject")

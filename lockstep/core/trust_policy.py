@@ -49,8 +49,8 @@ __all__ = [
     "TrustDecision",
     "TrustPolicy",
     "VerifiedApprovals",
-    "approver_names",
     "decide_trust",
+    "parse_policy",
     "key_of_pem",
     "verify_approved",
 ]
@@ -317,11 +317,6 @@ def _valid_signers(signed: SignedApproval, policy: TrustPolicy, now: datetime.da
     return signers, problems
 
 
-def approver_names(checks: Iterable[ApprovalCheck]) -> dict[str, tuple[str, ...]]:
-    """Revision digest -> the names of the keys that signed it validly (for ``lockstep diff``)."""
-    return {check.revision: check.signers for check in checks}
-
-
 # ---------------------------------------------------------------- every policy that covers a resource
 
 
@@ -332,6 +327,15 @@ class BrokenPolicy:
 
     name: str
     error: str
+
+
+def parse_policy(resource: Mapping[str, Any]) -> TrustPolicy | BrokenPolicy:
+    """An MCPApprovalPolicy object as the operator, the webhook, ``lockstep diff`` and ``lockstep check`` take it:
+    one that does not parse is a BrokenPolicy (it trusts nothing)."""
+    try:
+        return TrustPolicy.from_resource(resource)
+    except PolicyError as error:
+        return BrokenPolicy(str((resource.get("metadata") or {}).get("name") or ""), str(error))
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from lockstep.core.names import GROUP, POLICY_PLURAL, VERSION
-from lockstep.core.trust_policy import BrokenPolicy, PolicyError, TrustDecision, TrustPolicy, decide_trust
+from lockstep.core.trust_policy import BrokenPolicy, TrustDecision, TrustPolicy, decide_trust, parse_policy
 from lockstep.operator.judge import Approval, Policy
 from lockstep.operator.kube import KubeApiError, KubeClient
 
@@ -67,11 +67,9 @@ class ApprovalTrust:
         if event_type == "DELETED":
             self.floors.pop(name, None)
             return self.policies.pop(name, None) is not None
-        try:
-            parsed: TrustPolicy | BrokenPolicy = TrustPolicy.from_resource(body)
-        except PolicyError as error:
-            logger.error("%s: it trusts no approval until it is fixed", error)
-            parsed = BrokenPolicy(name, str(error))
+        parsed = parse_policy(body)
+        if isinstance(parsed, BrokenPolicy):
+            logger.error("%s: it trusts no approval until it is fixed", parsed.error)
         recorded = (body.get("status") or {}).get("floors") or {}
         floors = self.floors.setdefault(name, {})
         for resource, floor in recorded.items():
