@@ -70,12 +70,14 @@ from lockstep.proxy.limits import DEFAULT_CONNECTIONS_PER_SOURCE, DEFAULT_HEADER
 from lockstep.proxy.clients import ClientNames
 from lockstep.proxy.listener import HostPolicy, is_loopback, upstream_host_headers
 from lockstep.proxy.metrics import ProxyMetrics
+from lockstep.proxy.serving import ProxyBindError, serve_proxy
 from lockstep.proxy.policy import CallDecision, Finding, InterfacePolicy, Mode, principal_of
 from lockstep.proxy.sse import EventSplitter, EventTooLargeError, SseEvent, parse_event, replace_data
 
-# Serving it (serve_proxy, ProxyBindError) is lockstep.proxy.serving's; the HTTP side of one relayed answer
-# lockstep.proxy.http_relay's.
-__all__ = ["DEFAULT_MAX_BODY", "HOST_REFUSED_CODE", "ProxyApp", "ProxyConfigError", "UnjudgedError"]
+# Serving it (serve_proxy, ProxyBindError) is lockstep.proxy.serving's, importable from here too; the HTTP side of
+# one relayed answer lockstep.proxy.http_relay's.
+__all__ = ["DEFAULT_MAX_BODY", "HOST_REFUSED_CODE", "ProxyApp", "ProxyBindError", "ProxyConfigError", "UnjudgedError",
+           "serve_proxy"]
 
 logger = logging.getLogger("lockstep.proxy")
 tracer = trace.get_tracer("lockstep.proxy")

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import errno
 import socket
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from aiohttp import web
 
-if TYPE_CHECKING:
-    from lockstep.proxy.app import ProxyApp
+from lockstep.proxy.limits import ConnectionGuard
 
-__all__ = ["LINGERING_TIME", "WILDCARDS", "ProxyBindError", "serve_proxy", "wildcard_sockets"]
+__all__ = ["LINGERING_TIME", "WILDCARDS", "ProxyBindError", "Servable", "serve_proxy", "wildcard_sockets"]
 
 #: Seconds an unread request body (an isolated pod's, a refused Host's) is discarded for before the connection
 #: closes (aiohttp's default is 10): the client gets its answer, and spends little of the proxy's time.
@@ -24,7 +23,17 @@ class ProxyBindError(OSError):
     port there (the application, answering agents past the proxy)."""
 
 
-async def serve_proxy(app: ProxyApp, host: str, port: int, *, shutdown_timeout: float = 5.0) -> web.AppRunner:
+class Servable(Protocol):
+    """What serving needs of a ProxyApp (lockstep.proxy.app imports this module, not the other way round)."""
+
+    guard: ConnectionGuard
+
+    def web_app(self) -> web.Application: ...
+
+    def listening_on(self, host: str, port: int) -> None: ...
+
+
+async def serve_proxy(app: Servable, host: str, port: int, *, shutdown_timeout: float = 5.0) -> web.AppRunner:
     """Start serving on ``host:port``; return the runner (``await runner.cleanup()`` to stop).
 
     A wildcard ``host`` ("0.0.0.0", "::" or "") listens on both address families, on a socket each; if the
